@@ -1,0 +1,66 @@
+/* The contract between the core and a transport backend (fio's ioengine_ops, versioned). A backend
+ * moves bytes; the core owns every clock read, every loop and every statistic. */
+#ifndef FS_BACKEND_H
+#define FS_BACKEND_H
+
+#include "fs.h"
+#include "options.h"
+#include "spec.h"
+
+struct cJSON;
+
+/* Bump when a hook's meaning or signature changes; registration refuses any other value. */
+#define FS_BACKEND_ABI 1
+
+/* Completions reported by one progress call, added to what the core already counted. */
+struct fs_events {
+    uint64_t tx_done; /* posted operations that completed at the initiator */
+    uint64_t rx_done; /* messages that arrived at this side (ACTIVE ops only) */
+};
+
+struct fs_be_ctx {
+    const struct fs_spec *spec;
+    const void *opts; /* the backend's own option struct, filled from its rows */
+    int is_server;
+    uint64_t max_size; /* the largest message of the run: allocate/register once */
+    const char *ctl_local_addr;  /* numeric address of our end of the control connection */
+    const char *ctl_peer_addr;   /* numeric address of the peer's end */
+};
+
+struct fs_backend_ops {
+    unsigned abi;
+    const char *name;
+    const char *summary;
+    uint32_t ops;      /* FS_BIT(enum fs_op) */
+    uint32_t patterns; /* FS_BIT(enum fs_pattern) */
+    const struct fs_option *options; /* the backend's own rows, or NULL */
+    size_t options_size;             /* bytes of the struct those rows write into */
+
+    /* Open the device / endpoint and allocate for ctx->max_size. */
+    int (*setup)(const struct fs_be_ctx *ctx, void **be, struct fs_err *err);
+    /* What the peer needs to reach us (address, port, QPN, rkey, ...), added to obj. */
+    int (*local_address)(void *be, struct cJSON *obj, struct fs_err *err);
+    /* Connect using the peer's local_address; bounded by deadline_ms. */
+    int (*connect)(void *be, const struct cJSON *peer, int deadline_ms, struct fs_err *err);
+    /* Ready buffers (and posted receives) for messages of `size` with `op`. */
+    int (*prepare)(void *be, enum fs_op op, uint64_t size, struct fs_err *err);
+    /* Post one operation. 1 = posted, 0 = no room (core progresses and retries), -1 = error. */
+    int (*post)(void *be, enum fs_op op, uint64_t size, struct fs_err *err);
+    /* Reap completions into ev. wait_ms == 0: return at once (busy poll); > 0: may sleep up to
+     * that long waiting for an event (block mode). -1 = error (peer gone, transport error). */
+    int (*progress)(void *be, int wait_ms, struct fs_events *ev, struct fs_err *err);
+    /* Optional: make every completed PASSIVE operation visible at the target before the core
+     * stops the clock. */
+    int (*flush)(void *be, struct fs_err *err);
+    /* What actually carried the bytes: device, addresses, lanes, provider... */
+    void (*describe)(void *be, struct cJSON *transport);
+    /* Must accept a half set-up state: it also runs after a failed setup. */
+    void (*teardown)(void *be);
+};
+
+/* Checks abi, name and hooks; a backend that fails is refused at startup, loudly. */
+int fs_backend_check(const struct fs_backend_ops *ops, struct fs_err *err);
+const struct fs_backend_ops *const *fs_backends(size_t *n);
+const struct fs_backend_ops *fs_backend_by_name(const char *name);
+
+#endif

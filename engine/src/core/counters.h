@@ -1,0 +1,33 @@
+/* Raw traffic counters of every netdev and RDMA port, read before and after each measured size.
+ * Raw means raw: IB port_xmit_data stays in 4-byte words here; the front end owns units, wrap
+ * handling and the verdict. */
+#ifndef FS_COUNTERS_H
+#define FS_COUNTERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct cJSON;
+
+#define FS_CNT_MAX_DEV 128
+#define FS_CNT_NVAL 4
+
+struct fs_cnt_dev {
+    char name[96];  /* "lo" or "rxe0/1" */
+    int is_rdma;
+    char link_layer[16];
+    uint64_t v[FS_CNT_NVAL];
+    int have[FS_CNT_NVAL];
+};
+
+struct fs_cnt_snap {
+    size_t n;
+    struct fs_cnt_dev dev[FS_CNT_MAX_DEV];
+};
+
+/* sysfs root from FABSCOPE_SYSFS_ROOT (tests) or /sys. */
+void fs_counters_snap(struct fs_cnt_snap *s);
+/* {"host":..., "net": {dev: {before, after}}, "rdma": {dev/port: {link_layer, before, after}}} */
+struct cJSON *fs_counters_json(const struct fs_cnt_snap *before, const struct fs_cnt_snap *after);
+
+#endif

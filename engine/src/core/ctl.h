@@ -1,0 +1,54 @@
+/* Control channel between two engines (and `fabscope serve`): TCP, length-prefixed JSON frames
+ * (4-byte big-endian length, then a JSON object with a string "type"), a size cap, and a
+ * deadline on every read. */
+#ifndef FS_CTL_H
+#define FS_CTL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fs.h"
+
+struct cJSON;
+
+#define FS_CTL_MAX_FRAME (256u * 1024u)
+#define FS_CTL_DEFAULT_PORT 18515
+
+struct fs_ctl {
+    int fd;
+    uint8_t *in;
+    size_t in_len, in_cap;
+    char peer_desc[300]; /* "HOST:PORT" for messages */
+};
+
+/* The network-input parser (fuzzed). Returns 1 and *msg when a whole valid frame sits at the
+ * start of buf (*consumed = its length), 0 when more bytes are needed, -1 on a bad frame. */
+int fs_ctl_parse_frame(const uint8_t *buf, size_t len, size_t *consumed, struct cJSON **msg,
+                       struct fs_err *err);
+
+int fs_ctl_init(struct fs_ctl *c, int fd, const char *peer_desc);
+void fs_ctl_close(struct fs_ctl *c);
+int fs_ctl_send(struct fs_ctl *c, const struct cJSON *msg, int timeout_ms, struct fs_err *err);
+/* Waits up to timeout_ms for one frame. */
+int fs_ctl_recv(struct fs_ctl *c, int timeout_ms, struct cJSON **msg, struct fs_err *err);
+/* Non-blocking: 1 = a frame was ready, 0 = none yet, -1 = error (peer gone, bad frame). */
+int fs_ctl_poll(struct fs_ctl *c, struct cJSON **msg, struct fs_err *err);
+/* Receive and require `type`; a peer "error" frame becomes our error with the peer's words. */
+int fs_ctl_expect(struct fs_ctl *c, const char *type, int timeout_ms, struct cJSON **msg,
+                  struct fs_err *err);
+const char *fs_ctl_type(const struct cJSON *msg);
+
+int fs_split_hostport(const char *text, char *host, size_t host_len, int *port, int def_port);
+int fs_ctl_connect(const char *hostport, int timeout_ms, struct fs_ctl *c, struct fs_err *err);
+int fs_ctl_listen(const char *hostport, int *bound_port, struct fs_err *err);
+int fs_ctl_accept(int listen_fd, int timeout_ms, struct fs_ctl *c, struct fs_err *err);
+
+/* Session layer: the server greets (or says busy), the client answers; protocol versions must
+ * match exactly and a mismatch names both. */
+int fs_session_server(struct fs_ctl *c, int timeout_ms, struct fs_err *err);
+int fs_session_client(struct fs_ctl *c, int timeout_ms, struct fs_err *err);
+
+/* Numeric addresses of both ends of a connected socket. */
+void fs_sock_addrs(int fd, char *local, size_t llen, char *peer, size_t plen);
+
+#endif

@@ -1,0 +1,376 @@
+/* Client and server flows around the timing loops: configuration agreement, connection, the
+ * per-size protocol, and the result records. */
+#include "engine.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "output.h"
+
+const struct fs_op_info fs_ops[FS_OP_COUNT] = {
+    [FS_OP_SEND] = {"send", FS_ROLE_ACTIVE, FS_ROLE_ACTIVE, 0, "two-sided send/receive"},
+    [FS_OP_WRITE] = {"write", FS_ROLE_ACTIVE, FS_ROLE_PASSIVE, 0,
+                     "one-sided write; lat: the target polls its memory"},
+    [FS_OP_WRITE_IMM] = {"write_imm", FS_ROLE_ACTIVE, FS_ROLE_ACTIVE, 0,
+                         "write with immediate data; the target gets a completion"},
+    [FS_OP_READ] = {"read", FS_ROLE_PASSIVE, FS_ROLE_PASSIVE, 0, "one-sided read"},
+    [FS_OP_FADD] = {"fadd", FS_ROLE_PASSIVE, FS_ROLE_PASSIVE, 8, "atomic fetch-and-add, 8 bytes"},
+    [FS_OP_CSWAP] = {"cswap", FS_ROLE_PASSIVE, FS_ROLE_PASSIVE, 8,
+                     "atomic compare-and-swap, 8 bytes"},
+    [FS_OP_TAG] = {"tag", FS_ROLE_ACTIVE, FS_ROLE_ACTIVE, 0, "tagged send/receive"},
+    [FS_OP_AM] = {"am", FS_ROLE_ACTIVE, FS_ROLE_ACTIVE, 0, "active message"},
+};
+
+const char *const fs_pattern_names[FS_PAT_COUNT] = {"lat", "bw", "bibw"};
+
+int fs_op_by_name(const char *name)
+{
+    for (int i = 0; i < FS_OP_COUNT; i++)
+        if (strcmp(fs_ops[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+int fs_pattern_by_name(const char *name)
+{
+    for (int i = 0; i < FS_PAT_COUNT; i++)
+        if (strcmp(fs_pattern_names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+static void cap_list(uint32_t mask, int ops, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    int n = ops ? FS_OP_COUNT : FS_PAT_COUNT;
+    for (int i = 0; i < n && used < len; i++)
+        if (mask & FS_BIT(i))
+            used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "",
+                                     ops ? fs_ops[i].name : fs_pattern_names[i]);
+}
+
+int fs_run_select_backend(struct fs_run *r, struct fs_err *err)
+{
+    r->bops = fs_backend_by_name(r->spec.backend);
+    if (!r->bops) {
+        char names[256] = "";
+        size_t n, used = 0;
+        const struct fs_backend_ops *const *all = fs_backends(&n);
+        for (size_t i = 0; i < n; i++)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+                                     all[i]->name);
+        static const char *const known[] = {"verbs", "ucx", "ofi", NULL};
+        for (int i = 0; known[i]; i++)
+            if (strcmp(known[i], r->spec.backend) == 0)
+                return fs_fail(err, FS_EXIT_USAGE,
+                               "--backend %s: this engine was built without it (its library was "
+                               "missing at build time). Built-in backends: %s. Run `make setup` "
+                               "to install the development packages and rebuild",
+                               r->spec.backend, names);
+        return fs_fail(err, FS_EXIT_USAGE, "--backend %s: unknown backend; available: %s",
+                       r->spec.backend, names);
+    }
+    if (fs_backend_check(r->bops, err))
+        return -1;
+    free(r->bopts);
+    r->bopts = r->bops->options_size ? calloc(1, r->bops->options_size) : NULL;
+    r->be_set.scope = r->bops->name;
+    r->be_set.rows = r->bops->options;
+    r->be_set.base = r->bopts;
+    return fs_opt_set_defaults(&r->be_set, err);
+}
+
+/* Resolves documented pattern-dependent defaults and checks combinations. Never changes a value
+ * the user gave. */
+int fs_run_validate(struct fs_run *r, struct fs_err *err)
+{
+    char list[256];
+    if (!r->spec.op[0]) {
+        for (int i = 0; i < FS_OP_COUNT; i++)
+            if (r->bops->ops & FS_BIT(i)) {
+                snprintf(r->spec.op, sizeof r->spec.op, "%s", fs_ops[i].name);
+                break;
+            }
+    }
+    int op = fs_op_by_name(r->spec.op);
+    if (op < 0 || !(r->bops->ops & FS_BIT(op))) {
+        cap_list(r->bops->ops, 1, list, sizeof list);
+        return fs_fail(err, FS_EXIT_USAGE, "--op %s: not an operation of backend %s; it has: %s",
+                       r->spec.op, r->bops->name, list);
+    }
+    r->op = (enum fs_op)op;
+    int pat = fs_pattern_by_name(r->spec.pattern);
+    if (pat < 0 || !(r->bops->patterns & FS_BIT(pat))) {
+        cap_list(r->bops->patterns, 0, list, sizeof list);
+        return fs_fail(err, FS_EXIT_USAGE, "--pattern %s: backend %s supports: %s",
+                       r->spec.pattern, r->bops->name, list);
+    }
+    r->pat = (enum fs_pattern)pat;
+    if (r->spec.sizes.n == 0) {
+        r->spec.sizes.n = 1;
+        r->spec.sizes.v[0] = fs_ops[op].fixed_size ? (uint64_t)fs_ops[op].fixed_size
+                             : r->pat == FS_PAT_LAT ? FS_DEFAULT_LAT_SIZE
+                                                    : FS_DEFAULT_BW_SIZE;
+    }
+    if (fs_ops[op].fixed_size)
+        for (size_t i = 0; i < r->spec.sizes.n; i++)
+            if (r->spec.sizes.v[i] != (uint64_t)fs_ops[op].fixed_size)
+                return fs_fail(err, FS_EXIT_USAGE,
+                               "--op %s moves exactly %d bytes; use --sizes %d (got %llu)",
+                               r->spec.op, fs_ops[op].fixed_size, fs_ops[op].fixed_size,
+                               (unsigned long long)r->spec.sizes.v[i]);
+    if (r->pat != FS_PAT_LAT && r->spec.duration <= 0 && r->spec.iters < 2)
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "--iters %ld: a bandwidth test needs at least 2 messages (the receiver "
+                       "times from the first arrival to the last)",
+                       r->spec.iters);
+    if (strcmp(r->spec.poll, "auto") == 0)
+        r->block = r->pat != FS_PAT_LAT;
+    else
+        r->block = strcmp(r->spec.poll, "block") == 0;
+    r->timeout_ns = (uint64_t)(r->spec.timeout * 1e9);
+    return 0;
+}
+
+static int send_error(struct fs_run *r, const struct fs_err *e)
+{
+    if (r->ctl.fd < 0)
+        return 0;
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", "error");
+    cJSON_AddNumberToObject(m, "code", e->code);
+    cJSON_AddStringToObject(m, "message", e->msg);
+    struct fs_err ignore;
+    fs_ctl_send(&r->ctl, m, 1000, &ignore);
+    cJSON_Delete(m);
+    return 0;
+}
+
+static int timeout_ms(const struct fs_run *r) { return (int)(r->timeout_ns / 1000000); }
+
+static uint64_t max_size(const struct fs_run *r)
+{
+    uint64_t m = 0;
+    for (size_t i = 0; i < r->spec.sizes.n; i++)
+        if (r->spec.sizes.v[i] > m)
+            m = r->spec.sizes.v[i];
+    return m;
+}
+
+static int backend_setup(struct fs_run *r, struct fs_err *err)
+{
+    fs_sock_addrs(r->ctl.fd, r->ctl_local, sizeof r->ctl_local, r->ctl_peer, sizeof r->ctl_peer);
+    struct fs_be_ctx ctx = {.spec = &r->spec,
+                            .opts = r->bopts,
+                            .is_server = r->is_server,
+                            .max_size = max_size(r),
+                            .ctl_local_addr = r->ctl_local,
+                            .ctl_peer_addr = r->ctl_peer};
+    if (r->bops->setup(&ctx, &r->be, err)) {
+        if (!err->code)
+            err->code = FS_EXIT_MEASURE;
+        return -1; /* r->be may be half set up: teardown handles that */
+    }
+    return 0;
+}
+
+/* ---- per-size protocol ------------------------------------------------------------------ */
+
+static int size_phases(struct fs_run *r, uint64_t size, struct fs_side_view *mine,
+                       struct fs_side_view *theirs, struct fs_side_view *warm_mine,
+                       cJSON **peer_msg, struct fs_err *err)
+{
+    struct fs_side_view warm_theirs;
+    memset(warm_mine, 0, sizeof *warm_mine);
+    fs_samples_clear(&r->samples);
+    if (r->spec.warmup > 0 && r->spec.warmup_time > 0) {
+        if (fs_phase_run(r, FS_PHASE_WARMUP, size, warm_mine, err) ||
+            fs_phase_exchange(r, warm_mine, NULL, &warm_theirs, NULL, err))
+            return -1;
+    }
+    if (fs_phase_run(r, FS_PHASE_MEASURE, size, mine, err))
+        return -1;
+    fs_counters_snap(&r->cnt_after);
+    cJSON *extra = cJSON_CreateObject();
+    cJSON_AddItemToObject(extra, "counters", fs_counters_json(&r->cnt_before, &r->cnt_after));
+    cJSON *sys = cJSON_AddObjectToObject(extra, "host");
+    fs_sysinfo_json(&r->si, sys);
+    return fs_phase_exchange(r, mine, extra, theirs, peer_msg, err);
+}
+
+static int prepare_size(struct fs_run *r, uint64_t size, struct fs_err *err)
+{
+    if (r->bops->prepare(r->be, r->op, size, err)) {
+        if (!err->code)
+            err->code = FS_EXIT_MEASURE;
+        return -1;
+    }
+    fs_counters_snap(&r->cnt_before);
+    return 0;
+}
+
+/* ---- server ------------------------------------------------------------------------------ */
+
+int fs_run_server(struct fs_run *r, struct fs_err *err)
+{
+    r->is_server = 1;
+    cJSON *m = NULL;
+    int rc = -1;
+    if (!r->spec.session_open && fs_session_server(&r->ctl, timeout_ms(r), err))
+        return -1;
+    if (fs_ctl_expect(&r->ctl, "config", timeout_ms(r), &m, err))
+        return -1;
+    /* Adopt the client's shared settings; our local ones (device, address, CPU) stay. */
+    const cJSON *core = cJSON_GetObjectItemCaseSensitive(m, "core");
+    const cJSON *beo = cJSON_GetObjectItemCaseSensitive(m, "backend");
+    if (!cJSON_IsObject(core) || !cJSON_IsObject(beo)) {
+        fs_fail(err, FS_EXIT_PEER, "protocol error: 'config' lacks core/backend settings");
+        goto fail;
+    }
+    if (fs_opt_apply_wire(&r->core_set, core, err) || fs_run_select_backend(r, err) ||
+        fs_opt_apply_wire(&r->be_set, beo, err) || fs_run_validate(r, err) ||
+        backend_setup(r, err))
+        goto fail;
+    cJSON_Delete(m);
+    m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", "ready");
+    cJSON *addr = cJSON_AddObjectToObject(m, "address");
+    if (r->bops->local_address(r->be, addr, err) || fs_ctl_send(&r->ctl, m, timeout_ms(r), err))
+        goto fail;
+    cJSON_Delete(m);
+    if (fs_ctl_expect(&r->ctl, "connect", timeout_ms(r), &m, err))
+        return -1;
+    if (r->bops->connect(r->be, cJSON_GetObjectItemCaseSensitive(m, "address"), timeout_ms(r),
+                         err))
+        goto fail;
+    cJSON_Delete(m);
+    m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", "connected");
+    cJSON *tr = cJSON_AddObjectToObject(m, "transport");
+    r->bops->describe(r->be, tr);
+    if (fs_ctl_send(&r->ctl, m, timeout_ms(r), err))
+        goto fail;
+    cJSON_Delete(m);
+    m = NULL;
+    for (;;) {
+        if (fs_ctl_recv(&r->ctl, timeout_ms(r), &m, err))
+            return -1;
+        const char *t = fs_ctl_type(m);
+        if (strcmp(t, "bye") == 0) {
+            cJSON_Delete(m);
+            return 0;
+        }
+        if (strcmp(t, "error") == 0) {
+            const cJSON *msg = cJSON_GetObjectItemCaseSensitive(m, "message");
+            fs_fail(err, FS_EXIT_PEER, "the client reported: %s",
+                    cJSON_IsString(msg) ? msg->valuestring : "(no message)");
+            cJSON_Delete(m);
+            return -1;
+        }
+        const cJSON *sz = cJSON_GetObjectItemCaseSensitive(m, "size");
+        if (strcmp(t, "size") != 0 || !cJSON_IsNumber(sz) || sz->valuedouble < 1 ||
+            sz->valuedouble > (double)max_size(r)) {
+            fs_fail(err, FS_EXIT_PEER, "protocol error: expected 'size' within the agreed sizes, "
+                                       "got '%s'", t);
+            goto fail;
+        }
+        uint64_t size = (uint64_t)sz->valuedouble;
+        cJSON_Delete(m);
+        m = NULL;
+        if (prepare_size(r, size, err))
+            goto fail;
+        cJSON *ok = cJSON_CreateObject();
+        cJSON_AddStringToObject(ok, "type", "prepared");
+        rc = fs_ctl_send(&r->ctl, ok, timeout_ms(r), err);
+        cJSON_Delete(ok);
+        if (rc)
+            goto fail;
+        struct fs_side_view mine, theirs, warm;
+        if (size_phases(r, size, &mine, &theirs, &warm, NULL, err))
+            goto fail;
+    }
+fail:
+    cJSON_Delete(m);
+    send_error(r, err);
+    return -1;
+}
+
+/* ---- client ------------------------------------------------------------------------------ */
+
+int fs_run_client(struct fs_run *r, struct fs_out *out, struct fs_err *err)
+{
+    r->is_server = 0;
+    cJSON *m = NULL;
+    if (fs_session_client(&r->ctl, timeout_ms(r), err))
+        return -1;
+    m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", "config");
+    fs_opt_wire_json(&r->core_set, cJSON_AddObjectToObject(m, "core"));
+    fs_opt_wire_json(&r->be_set, cJSON_AddObjectToObject(m, "backend"));
+    int rc = fs_ctl_send(&r->ctl, m, timeout_ms(r), err);
+    cJSON_Delete(m);
+    m = NULL;
+    if (rc || backend_setup(r, err))
+        goto fail;
+    if (fs_ctl_expect(&r->ctl, "ready", timeout_ms(r), &m, err))
+        return -1;
+    if (r->bops->connect(r->be, cJSON_GetObjectItemCaseSensitive(m, "address"), timeout_ms(r),
+                         err))
+        goto fail;
+    cJSON_Delete(m);
+    m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", "connect");
+    cJSON *addr = cJSON_AddObjectToObject(m, "address");
+    if (r->bops->local_address(r->be, addr, err) || fs_ctl_send(&r->ctl, m, timeout_ms(r), err))
+        goto fail;
+    cJSON_Delete(m);
+    m = NULL;
+    cJSON *connected = NULL;
+    if (fs_ctl_expect(&r->ctl, "connected", timeout_ms(r), &connected, err))
+        return -1;
+    cJSON *peer_transport = cJSON_DetachItemFromObjectCaseSensitive(connected, "transport");
+    cJSON_Delete(connected);
+    fs_out_begin(out, r);
+    for (size_t i = 0; i < r->spec.sizes.n; i++) {
+        uint64_t size = r->spec.sizes.v[i];
+        m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "type", "size");
+        cJSON_AddNumberToObject(m, "size", (double)size);
+        rc = fs_ctl_send(&r->ctl, m, timeout_ms(r), err);
+        cJSON_Delete(m);
+        m = NULL;
+        if (rc || prepare_size(r, size, err))
+            goto fail_transport;
+        if (fs_ctl_expect(&r->ctl, "prepared", timeout_ms(r), &m, err))
+            goto fail_transport;
+        cJSON_Delete(m);
+        m = NULL;
+        struct fs_side_view mine, theirs, warm;
+        cJSON *peer_msg = NULL;
+        if (size_phases(r, size, &mine, &theirs, &warm, &peer_msg, err)) {
+            cJSON_Delete(peer_msg);
+            goto fail_transport;
+        }
+        rc = fs_out_record(out, r, size, &mine, &theirs, &warm, peer_msg, peer_transport, err);
+        cJSON_Delete(peer_msg);
+        if (rc)
+            goto fail_transport;
+    }
+    cJSON_Delete(peer_transport);
+    m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", "bye");
+    fs_ctl_send(&r->ctl, m, timeout_ms(r), err);
+    cJSON_Delete(m);
+    return 0;
+fail_transport:
+    cJSON_Delete(peer_transport);
+fail:
+    cJSON_Delete(m);
+    send_error(r, err);
+    return -1;
+}

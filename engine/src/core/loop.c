@@ -1,0 +1,352 @@
+/* The only timing loops in fabscope. Backends post and progress; everything that reads the clock
+ * or decides when a phase ends is here, identical for every transport. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "run.h"
+
+/* Housekeeping (control messages, deadline, heartbeat) runs every this many loop turns, so the
+ * measured path pays one counter increment per turn. */
+#define FS_HOUSEKEEP_EVERY 256
+#define FS_HEARTBEAT_NS 1000000000ull
+#define FS_BLOCK_SLICE_MS 50
+
+static int send_simple(struct fs_run *r, const char *type, struct fs_err *err)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", type);
+    int rc = fs_ctl_send(&r->ctl, m, (int)(r->timeout_ns / 1000000), err);
+    cJSON_Delete(m);
+    return rc;
+}
+
+/* Reads whatever control messages are waiting; enforces the no-progress deadline. */
+static int housekeep(struct fs_run *r, uint64_t now, struct fs_err *err)
+{
+    cJSON *m = NULL;
+    int rc;
+    while ((rc = fs_ctl_poll(&r->ctl, &m, err)) == 1) {
+        const char *t = fs_ctl_type(m);
+        r->last_activity_ns = now;
+        if (strcmp(t, "sent") == 0) {
+            const cJSON *n = cJSON_GetObjectItemCaseSensitive(m, "n");
+            if (!cJSON_IsNumber(n) || n->valuedouble < 0) {
+                cJSON_Delete(m);
+                return fs_fail(err, FS_EXIT_PEER, "protocol error: 'sent' without a count");
+            }
+            r->peer_sent = (int64_t)n->valuedouble;
+        } else if (strcmp(t, "phase_done") == 0 && !r->peer_done) {
+            r->peer_done = m;
+            m = NULL;
+        } else if (strcmp(t, "error") == 0) {
+            const cJSON *msg = cJSON_GetObjectItemCaseSensitive(m, "message");
+            fs_fail(err, FS_EXIT_PEER, "the peer %s reported: %s", r->ctl.peer_desc,
+                    cJSON_IsString(msg) ? msg->valuestring : "(no message)");
+            cJSON_Delete(m);
+            return -1;
+        } else if (strcmp(t, "heartbeat") != 0) {
+            fs_fail(err, FS_EXIT_PEER, "protocol error: unexpected '%s' message during a phase", t);
+            cJSON_Delete(m);
+            return -1;
+        }
+        cJSON_Delete(m);
+    }
+    if (rc < 0)
+        return -1;
+    if (now - r->last_activity_ns > r->timeout_ns)
+        return fs_fail(err, FS_EXIT_PEER,
+                       "no progress for %.1f s: the peer %s stopped answering (killed, hung, or "
+                       "the link is cut). Results measured so far are kept",
+                       (double)r->timeout_ns / 1e9, r->ctl.peer_desc);
+    if (now - r->last_heartbeat_ns > FS_HEARTBEAT_NS) {
+        /* A passive peer (RDMA read target) sees no data: this tells it we are alive. */
+        r->last_heartbeat_ns = now;
+        if (send_simple(r, "heartbeat", err))
+            return -1;
+    }
+    return 0;
+}
+
+static int progress(struct fs_run *r, struct fs_events *ev, struct fs_err *err)
+{
+    ev->tx_done = ev->rx_done = 0;
+    if (r->bops->progress(r->be, r->block ? FS_BLOCK_SLICE_MS : 0, ev, err)) {
+        if (!err->code)
+            err->code = FS_EXIT_MEASURE;
+        return -1;
+    }
+    return 0;
+}
+
+static int announce_sent(struct fs_run *r, uint64_t n, struct fs_err *err)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", "sent");
+    cJSON_AddNumberToObject(m, "n", (double)n);
+    int rc = fs_ctl_send(&r->ctl, m, (int)(r->timeout_ns / 1000000), err);
+    cJSON_Delete(m);
+    return rc;
+}
+
+static int bounds_reached(uint64_t done, uint64_t n_max, uint64_t now, uint64_t t_end)
+{
+    return done >= n_max || (t_end && now >= t_end);
+}
+
+/* Ping-pong initiator. ACTIVE ops: the peer answers each message; one sample is half the round
+ * trip. PASSIVE ops (read, atomics): one sample is the full completion time of the operation. */
+static int pingpong_initiator(struct fs_run *r, uint64_t size, uint64_t n_max, uint64_t t_max_ns,
+                              int record, struct fs_side_view *v, struct fs_err *err)
+{
+    const int active = fs_ops[r->op].lat_role == FS_ROLE_ACTIVE;
+    const double scale = active ? 0.5 : 1.0;
+    uint64_t start = fs_now_ns();
+    uint64_t t_end = t_max_ns ? start + t_max_ns : 0;
+    uint64_t i = 0, now = start;
+    unsigned turns = 0;
+    struct fs_events ev;
+    while (!bounds_reached(i, n_max, now, t_end)) {
+        uint64_t t0 = fs_now_ns();
+        uint64_t got = 0; /* the answer may land while a full queue makes us retry the post */
+        int posted;
+        while ((posted = r->bops->post(r->be, r->op, size, err)) == 0) {
+            if (progress(r, &ev, err))
+                return -1;
+            got += active ? ev.rx_done : ev.tx_done;
+        }
+        if (posted < 0)
+            return err->code ? -1 : fs_fail(err, FS_EXIT_MEASURE, "post failed");
+        while (!got) {
+            if (progress(r, &ev, err))
+                return -1;
+            got += active ? ev.rx_done : ev.tx_done;
+            if (got)
+                break;
+            if (++turns % FS_HOUSEKEEP_EVERY == 0 && housekeep(r, fs_now_ns(), err))
+                return -1;
+        }
+        now = fs_now_ns();
+        if (record && fs_samples_push(&r->samples, (double)(now - t0) * scale))
+            return fs_fail(err, FS_EXIT_MEASURE, "out of memory storing sample %llu",
+                           (unsigned long long)i);
+        i++;
+        r->last_activity_ns = now;
+        if (++turns % FS_HOUSEKEEP_EVERY == 0 && housekeep(r, now, err))
+            return -1;
+    }
+    v->tx_msgs = i;
+    v->tx_span_ns = now - start;
+    return announce_sent(r, i, err);
+}
+
+/* Answers each arriving message until the initiator says how many it sent. */
+static int pingpong_responder(struct fs_run *r, uint64_t size, struct fs_side_view *v,
+                              struct fs_err *err)
+{
+    uint64_t rx = 0;
+    unsigned turns = 0;
+    struct fs_events ev;
+    while (r->peer_sent < 0 || rx < (uint64_t)r->peer_sent) {
+        if (progress(r, &ev, err))
+            return -1;
+        for (uint64_t k = 0; k < ev.rx_done; k++) {
+            int posted;
+            while ((posted = r->bops->post(r->be, r->op, size, err)) == 0) {
+                struct fs_events more;
+                if (progress(r, &more, err))
+                    return -1;
+                ev.rx_done += more.rx_done;
+            }
+            if (posted < 0)
+                return err->code ? -1 : fs_fail(err, FS_EXIT_MEASURE, "post failed");
+        }
+        rx += ev.rx_done;
+        if (ev.rx_done)
+            r->last_activity_ns = fs_now_ns();
+        if ((++turns % FS_HOUSEKEEP_EVERY == 0 || (r->block && !ev.rx_done)) &&
+            housekeep(r, fs_now_ns(), err))
+            return -1;
+    }
+    v->rx_msgs = rx;
+    return 0;
+}
+
+static int phase_over(const struct fs_run *r, int wait_peer, int do_recv, uint64_t rx)
+{
+    if (!wait_peer)
+        return 1;
+    return r->peer_sent >= 0 && (!do_recv || rx >= (uint64_t)r->peer_sent);
+}
+
+/* Windowed stream. Either side may send, receive, both (bibw) or neither (the passive target of
+ * a read/atomic test, which only waits for the initiator's count). */
+static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uint64_t n_max,
+                  uint64_t t_max_ns, struct fs_side_view *v, struct fs_err *err)
+{
+    uint64_t sent = 0, outstanding = 0, completed = 0, rx = 0;
+    uint64_t t_first_rx = 0, t_last_rx = 0, rx_first_batch = 0;
+    const uint64_t depth = (uint64_t)r->spec.tx_depth;
+    uint64_t start = fs_now_ns(), now = start;
+    uint64_t t_end = t_max_ns ? start + t_max_ns : 0;
+    int send_done = !do_send;
+    /* A receiver needs the peer's count to know when to stop; so does an idle target. */
+    const int wait_peer = do_recv || !do_send;
+    unsigned turns = 0;
+    struct fs_events ev;
+    for (;;) {
+        if (!send_done) {
+            while (outstanding < depth && !bounds_reached(sent, n_max, now, t_end)) {
+                int posted = r->bops->post(r->be, r->op, size, err);
+                if (posted < 0)
+                    return err->code ? -1 : fs_fail(err, FS_EXIT_MEASURE, "post failed");
+                if (posted == 0)
+                    break;
+                sent++;
+                outstanding++;
+                if (t_end && sent % 64 == 0)
+                    now = fs_now_ns();
+            }
+        }
+        if (progress(r, &ev, err))
+            return -1;
+        if (ev.tx_done || ev.rx_done) {
+            now = fs_now_ns();
+            r->last_activity_ns = now;
+        }
+        completed += ev.tx_done;
+        outstanding -= ev.tx_done < outstanding ? ev.tx_done : outstanding;
+        if (ev.rx_done) {
+            if (rx == 0) {
+                t_first_rx = now;
+                rx_first_batch = ev.rx_done;
+            }
+            t_last_rx = now;
+            rx += ev.rx_done;
+        }
+        if (!send_done && outstanding == 0) {
+            if (t_end)
+                now = fs_now_ns();
+            if (bounds_reached(sent, n_max, now, t_end)) {
+                if (r->bops->flush && r->bops->flush(r->be, err))
+                    return -1;
+                now = fs_now_ns();
+                v->tx_msgs = sent;
+                v->tx_span_ns = now - start;
+                send_done = 1;
+                if (announce_sent(r, sent, err))
+                    return -1;
+            }
+        }
+        if (send_done && phase_over(r, wait_peer, do_recv, rx))
+            break;
+        /* Once our sends are done we only wait for the peer's count: look more often. */
+        if (++turns % FS_HOUSEKEEP_EVERY == 0 || (r->block && !ev.tx_done && !ev.rx_done) ||
+            (send_done && turns % 16 == 0)) {
+            now = fs_now_ns();
+            if (housekeep(r, now, err))
+                return -1;
+            if (send_done && phase_over(r, wait_peer, do_recv, rx))
+                break;
+        }
+    }
+    (void)completed;
+    if (do_recv && r->peer_sent >= 0 && rx > (uint64_t)r->peer_sent)
+        return fs_fail(err, FS_EXIT_MEASURE,
+                       "received %llu messages but the peer sent %lld: the backend miscounted",
+                       (unsigned long long)rx, (long long)r->peer_sent);
+    v->rx_msgs = rx;
+    v->rx_timed_msgs = rx - rx_first_batch;
+    v->rx_span_ns = t_last_rx - t_first_rx;
+    return 0;
+}
+
+int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs_side_view *v,
+                 struct fs_err *err)
+{
+    memset(v, 0, sizeof *v);
+    r->peer_sent = -1;
+    r->last_activity_ns = r->last_heartbeat_ns = fs_now_ns();
+    uint64_t n_max, t_max;
+    if (phase == FS_PHASE_WARMUP) {
+        n_max = (uint64_t)r->spec.warmup;
+        t_max = (uint64_t)(r->spec.warmup_time * 1e9);
+    } else {
+        n_max = r->spec.duration > 0 ? UINT64_MAX : (uint64_t)r->spec.iters;
+        t_max = (uint64_t)(r->spec.duration * 1e9);
+    }
+    const int client = !r->is_server;
+    if (r->pat == FS_PAT_LAT) {
+        if (client)
+            return pingpong_initiator(r, size, n_max, t_max, phase == FS_PHASE_MEASURE, v, err);
+        if (fs_ops[r->op].lat_role == FS_ROLE_ACTIVE)
+            return pingpong_responder(r, size, v, err);
+        return stream(r, size, 0, 0, 0, 0, v, err);
+    }
+    const int active = fs_ops[r->op].bw_role == FS_ROLE_ACTIVE;
+    if (r->pat == FS_PAT_BW)
+        return stream(r, size, client, !client && active, n_max, t_max, v, err);
+    return stream(r, size, 1, active, n_max, t_max, v, err);
+}
+
+static void view_json(const struct fs_side_view *v, cJSON *o)
+{
+    cJSON_AddNumberToObject(o, "tx_msgs", (double)v->tx_msgs);
+    cJSON_AddNumberToObject(o, "tx_span_ns", (double)v->tx_span_ns);
+    cJSON_AddNumberToObject(o, "rx_msgs", (double)v->rx_msgs);
+    cJSON_AddNumberToObject(o, "rx_timed_msgs", (double)v->rx_timed_msgs);
+    cJSON_AddNumberToObject(o, "rx_span_ns", (double)v->rx_span_ns);
+}
+
+static uint64_t num(const cJSON *o, const char *k)
+{
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(x) && x->valuedouble >= 0 ? (uint64_t)x->valuedouble : 0;
+}
+
+int fs_phase_exchange(struct fs_run *r, const struct fs_side_view *mine, cJSON *extra,
+                      struct fs_side_view *theirs, cJSON **peer_msg, struct fs_err *err)
+{
+    cJSON *m = extra ? extra : cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", "phase_done");
+    view_json(mine, m);
+    int rc = fs_ctl_send(&r->ctl, m, (int)(r->timeout_ns / 1000000), err);
+    cJSON_Delete(m);
+    if (rc)
+        return -1;
+    cJSON *p = r->peer_done;
+    r->peer_done = NULL;
+    /* The peer may still be finishing (e.g. draining its receive queue): wait with the deadline,
+     * skipping its heartbeats. */
+    while (!p) {
+        if (fs_ctl_recv(&r->ctl, (int)(r->timeout_ns / 1000000), &p, err))
+            return -1;
+        const char *t = fs_ctl_type(p);
+        if (strcmp(t, "phase_done") == 0)
+            break;
+        int ignorable = strcmp(t, "heartbeat") == 0 || strcmp(t, "sent") == 0;
+        if (!ignorable) {
+            if (strcmp(t, "error") == 0) {
+                const cJSON *msg = cJSON_GetObjectItemCaseSensitive(p, "message");
+                fs_fail(err, FS_EXIT_PEER, "the peer %s reported: %s", r->ctl.peer_desc,
+                        cJSON_IsString(msg) ? msg->valuestring : "(no message)");
+            } else {
+                fs_fail(err, FS_EXIT_PEER, "protocol error: expected 'phase_done', got '%s'", t);
+            }
+            cJSON_Delete(p);
+            return -1;
+        }
+        cJSON_Delete(p);
+        p = NULL;
+    }
+    theirs->tx_msgs = num(p, "tx_msgs");
+    theirs->tx_span_ns = num(p, "tx_span_ns");
+    theirs->rx_msgs = num(p, "rx_msgs");
+    theirs->rx_timed_msgs = num(p, "rx_timed_msgs");
+    theirs->rx_span_ns = num(p, "rx_span_ns");
+    if (peer_msg)
+        *peer_msg = p;
+    else
+        cJSON_Delete(p);
+    return 0;
+}

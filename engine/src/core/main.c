@@ -1,0 +1,232 @@
+/* fabscope-engine: one binary, three modes. --peer (client), --listen or --control-fd (server),
+ * --options-json (the option table for the front end). */
+#include <cjson/cJSON.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "output.h"
+
+static void dump_options(void)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "schema", "fabscope.options/1");
+    cJSON_AddStringToObject(root, "version", FS_TOOL_VERSION);
+    cJSON_AddNumberToObject(root, "proto", FS_PROTO_VERSION);
+    struct fs_spec spec;
+    struct fs_opt_set core = {"core", fs_core_options, &spec};
+    fs_opt_dump_json(&core, cJSON_AddArrayToObject(root, "core"));
+    cJSON *ops = cJSON_AddArrayToObject(root, "ops");
+    for (int i = 0; i < FS_OP_COUNT; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", fs_ops[i].name);
+        cJSON_AddStringToObject(o, "summary", fs_ops[i].summary);
+        cJSON_AddStringToObject(o, "lat_role",
+                                fs_ops[i].lat_role == FS_ROLE_ACTIVE ? "active" : "passive");
+        cJSON_AddStringToObject(o, "bw_role",
+                                fs_ops[i].bw_role == FS_ROLE_ACTIVE ? "active" : "passive");
+        cJSON_AddNumberToObject(o, "fixed_size", fs_ops[i].fixed_size);
+        cJSON_AddItemToArray(ops, o);
+    }
+    cJSON *bes = cJSON_AddObjectToObject(root, "backends");
+    size_t n;
+    const struct fs_backend_ops *const *all = fs_backends(&n);
+    for (size_t i = 0; i < n; i++) {
+        struct fs_err err = {0};
+        if (fs_backend_check(all[i], &err))
+            continue;
+        cJSON *b = cJSON_AddObjectToObject(bes, all[i]->name);
+        cJSON_AddStringToObject(b, "summary", all[i]->summary);
+        cJSON *bo = cJSON_AddArrayToObject(b, "ops");
+        for (int k = 0; k < FS_OP_COUNT; k++)
+            if (all[i]->ops & FS_BIT(k))
+                cJSON_AddItemToArray(bo, cJSON_CreateString(fs_ops[k].name));
+        cJSON *bp = cJSON_AddArrayToObject(b, "patterns");
+        for (int k = 0; k < FS_PAT_COUNT; k++)
+            if (all[i]->patterns & FS_BIT(k))
+                cJSON_AddItemToArray(bp, cJSON_CreateString(fs_pattern_names[k]));
+        void *tmp = all[i]->options_size ? calloc(1, all[i]->options_size) : NULL;
+        struct fs_opt_set set = {all[i]->name, all[i]->options, tmp};
+        fs_opt_dump_json(&set, cJSON_AddArrayToObject(b, "options"));
+        free(tmp);
+    }
+    char *text = cJSON_Print(root);
+    puts(text);
+    cJSON_free(text);
+    cJSON_Delete(root);
+}
+
+static void help(struct fs_run *r)
+{
+    printf("usage: fabscope-engine --peer HOST[:PORT] [options]     (client)\n"
+           "       fabscope-engine --listen ADDR[:PORT] [options]   (server, one client)\n"
+           "       fabscope-engine --options-json | --list-backends\n\n"
+           "Most users want the front end: `fabscope run --loopback` or `fabscope run --peer`.\n\n"
+           "core options:\n");
+    fs_opt_help(&r->core_set, stdout);
+    size_t n;
+    const struct fs_backend_ops *const *all = fs_backends(&n);
+    for (size_t i = 0; i < n; i++) {
+        if (!all[i]->options)
+            continue;
+        printf("\n%s options (with --backend %s):\n", all[i]->name, all[i]->name);
+        struct fs_opt_set set = {all[i]->name, all[i]->options, NULL};
+        fs_opt_help(&set, stdout);
+    }
+}
+
+/* Two passes: the backend decides which option rows exist, so find it first. */
+static int parse_args(struct fs_run *r, int argc, char **argv, struct fs_err *err)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--backend=", 10) == 0)
+            snprintf(r->spec.backend, sizeof r->spec.backend, "%s", a + 10);
+        else if (strcmp(a, "--backend") == 0 && i + 1 < argc)
+            snprintf(r->spec.backend, sizeof r->spec.backend, "%s", argv[++i]);
+    }
+    const struct fs_backend_ops *bops = fs_backend_by_name(r->spec.backend);
+    /* An unknown backend is the real mistake; its options would only add noise. */
+    if (fs_run_select_backend(r, err))
+        return -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0)
+            return fs_fail(err, FS_EXIT_USAGE, "unexpected argument '%s'; options start with --",
+                           a);
+        char name[96];
+        const char *value = NULL;
+        const char *eq = strchr(a + 2, '=');
+        size_t nl = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        if (nl >= sizeof name)
+            return fs_fail(err, FS_EXIT_USAGE, "option '%.40s...' is too long", a);
+        memcpy(name, a + 2, nl);
+        name[nl] = '\0';
+        const struct fs_opt_set *set = &r->core_set;
+        const struct fs_option *o = fs_opt_find(set, name);
+        if (!o && r->bopts) {
+            set = &r->be_set;
+            o = fs_opt_find(set, name);
+        }
+        if (!o) {
+            size_t n;
+            const struct fs_backend_ops *const *all = fs_backends(&n);
+            for (size_t k = 0; k < n; k++) {
+                struct fs_opt_set other = {all[k]->name, all[k]->options, NULL};
+                if (all[k] != bops && fs_opt_find(&other, name))
+                    return fs_fail(err, FS_EXIT_USAGE,
+                                   "--%s belongs to backend %s, but --backend is %s", name,
+                                   all[k]->name, r->spec.backend);
+            }
+            const struct fs_opt_set *sets[2] = {&r->core_set, &r->be_set};
+            const char *hint = fs_opt_suggest(sets, r->bopts ? 2 : 1, name);
+            return fs_fail(err, FS_EXIT_USAGE, "unknown option --%s%s%s%s; see --help", name,
+                           hint ? " (did you mean --" : "", hint ? hint : "", hint ? "?)" : "");
+        }
+        if (eq)
+            value = eq + 1;
+        else if (o->type == FS_OPT_BOOL)
+            value = "true";
+        else if (i + 1 < argc)
+            value = argv[++i];
+        else
+            return fs_fail(err, FS_EXIT_USAGE, "--%s needs a value", name);
+        if (fs_opt_assign(set, o, value, err))
+            return -1;
+    }
+    return 0;
+}
+
+static int finish(struct fs_run *r, struct fs_out *out, struct fs_err *err, int rc)
+{
+    if (rc && err->code) {
+        fprintf(stderr, "fabscope-engine: %s\n", err->msg);
+        if (out)
+            fs_out_error(out, err);
+    }
+    if (r->be && r->bops)
+        r->bops->teardown(r->be);
+    fs_ctl_close(&r->ctl);
+    fs_samples_free(&r->samples);
+    free(r->bopts);
+    return rc ? (err->code ? err->code : FS_EXIT_MEASURE) : FS_EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    static struct fs_run run; /* large (counter snapshots): keep it off the stack */
+    struct fs_run *r = &run;
+    struct fs_err err = {0};
+    r->ctl.fd = -1;
+    r->core_set = (struct fs_opt_set){"core", fs_core_options, &r->spec};
+    r->be_set = (struct fs_opt_set){"backend", NULL, NULL};
+    if (fs_opt_set_defaults(&r->core_set, &err) || parse_args(r, argc, argv, &err))
+        return finish(r, NULL, &err, -1);
+    if (r->spec.help) {
+        help(r);
+        return finish(r, NULL, &err, 0);
+    }
+    if (r->spec.options_json) {
+        dump_options();
+        return finish(r, NULL, &err, 0);
+    }
+    if (r->spec.list_backends) {
+        size_t n;
+        const struct fs_backend_ops *const *all = fs_backends(&n);
+        for (size_t i = 0; i < n; i++)
+            printf("%-8s %s\n", all[i]->name, all[i]->summary);
+        return finish(r, NULL, &err, 0);
+    }
+    int modes = !!r->spec.peer[0] + !!r->spec.listen[0] + (r->spec.control_fd >= 0);
+    if (modes != 1) {
+        fs_fail(&err, FS_EXIT_USAGE,
+                "say exactly one of --peer HOST[:PORT] (client), --listen ADDR[:PORT] or "
+                "--control-fd N (server); see --help");
+        return finish(r, NULL, &err, -1);
+    }
+    if (fs_run_select_backend(r, &err) || fs_run_validate(r, &err))
+        return finish(r, NULL, &err, -1);
+    fs_clock_calibrate(&r->clock);
+    fs_sysinfo_read(&r->si);
+    if ((r->spec.cpu >= 0 && fs_pin_cpu(&r->si, r->spec.cpu, &err)) ||
+        (r->spec.hold_cpu_latency && fs_hold_cpu_latency(&r->si, &err)))
+        return finish(r, NULL, &err, -1);
+    struct fs_out out = {stdout, strcmp(r->spec.format, "text") == 0, 0};
+    int rc;
+    int tmo = (int)(r->timeout_ns / 1000000);
+    if (r->spec.peer[0]) {
+        rc = fs_ctl_connect(r->spec.peer, tmo, &r->ctl, &err);
+        if (rc == 0)
+            rc = fs_run_client(r, &out, &err);
+        return finish(r, &out, &err, rc);
+    }
+    if (r->spec.control_fd >= 0) {
+        char local[64], peer[64], desc[300];
+        fs_sock_addrs((int)r->spec.control_fd, local, sizeof local, peer, sizeof peer);
+        snprintf(desc, sizeof desc, "client %s", peer);
+        fs_ctl_init(&r->ctl, (int)r->spec.control_fd, desc);
+    } else {
+        int port = 0;
+        int lfd = fs_ctl_listen(r->spec.listen, &port, &err);
+        if (lfd < 0)
+            return finish(r, NULL, &err, -1);
+        /* The front end reads this line to learn the port when it asked for port 0. */
+        cJSON *ev = cJSON_CreateObject();
+        cJSON_AddStringToObject(ev, "schema", "fabscope.event/1");
+        cJSON_AddStringToObject(ev, "event", "listening");
+        cJSON_AddNumberToObject(ev, "port", port);
+        fs_out_event(&out, ev);
+        cJSON_Delete(ev);
+        rc = fs_ctl_accept(lfd, tmo, &r->ctl, &err);
+        close(lfd);
+        if (rc)
+            return finish(r, NULL, &err, rc);
+    }
+    rc = fs_run_server(r, &err);
+    return finish(r, NULL, &err, rc);
+}

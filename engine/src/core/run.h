@@ -1,0 +1,61 @@
+/* State of one engine run, shared by the timing loops, the client/server flows and the output. */
+#ifndef FS_RUN_H
+#define FS_RUN_H
+
+#include "backend.h"
+#include "clock.h"
+#include "counters.h"
+#include "ctl.h"
+#include "spec.h"
+#include "stats.h"
+#include "sysinfo.h"
+
+struct cJSON;
+
+/* What one side saw in one phase; exchanged in "phase_done" so the client can report the
+ * receiver's view of a bandwidth test (a sender only sees local completion). */
+struct fs_side_view {
+    uint64_t tx_msgs;
+    uint64_t tx_span_ns;  /* first post to last completion (after flush) */
+    uint64_t rx_msgs;
+    uint64_t rx_timed_msgs; /* arrivals after the first receive event */
+    uint64_t rx_span_ns;    /* first to last receive event */
+};
+
+struct fs_run {
+    struct fs_spec spec;
+    const struct fs_backend_ops *bops;
+    void *bopts;
+    void *be;
+    struct fs_opt_set core_set, be_set;
+    struct fs_ctl ctl;
+    int is_server;
+    enum fs_op op;
+    enum fs_pattern pat;
+    int block; /* effective poll mode */
+    struct fs_clock_info clock;
+    struct fs_sysinfo si;
+    uint64_t timeout_ns;
+    struct fs_samples samples;
+
+    /* in-loop control state */
+    uint64_t last_activity_ns;
+    uint64_t last_heartbeat_ns;
+    int64_t peer_sent; /* -1 until the peer's "sent" arrives */
+    struct cJSON *peer_done; /* a "phase_done" that arrived while we were still looping */
+
+    struct fs_cnt_snap cnt_before, cnt_after;
+    char ctl_local[64], ctl_peer[64];
+};
+
+enum fs_phase { FS_PHASE_WARMUP, FS_PHASE_MEASURE };
+
+/* Runs one phase (warmup or measure) for one size on this side; fills `mine`. */
+int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs_side_view *mine,
+                 struct fs_err *err);
+/* Sends our view and waits for the peer's. */
+int fs_phase_exchange(struct fs_run *r, const struct fs_side_view *mine,
+                      struct cJSON *extra, struct fs_side_view *theirs, struct cJSON **peer_msg,
+                      struct fs_err *err);
+
+#endif

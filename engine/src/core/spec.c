@@ -1,0 +1,67 @@
+/* The core option table. Backends add their own rows in their own file. */
+#include "spec.h"
+
+#include <stddef.h>
+
+static const char *const pattern_values[] = {"lat", "bw", "bibw", NULL};
+static const char *const poll_values[] = {"auto", "busy", "block", NULL};
+static const char *const format_values[] = {"json", "text", NULL};
+
+#define O(f) offsetof(struct fs_spec, f)
+#define S(f) sizeof(((struct fs_spec *)0)->f)
+const struct fs_option fs_core_options[] = {
+    {"backend", FS_OPT_STR, O(backend), S(backend), 0, 0, "tcp", NULL,
+     "transport backend (see --list-backends)", 0},
+    {"op", FS_OPT_STR, O(op), S(op), 0, 0, NULL, NULL,
+     "operation: send, write, write_imm, read, fadd, cswap, tag, am (default: the backend's first)",
+     0},
+    {"pattern", FS_OPT_ENUM, O(pattern), S(pattern), 0, 0, "lat", pattern_values,
+     "lat = ping-pong latency, bw = one-way stream, bibw = both directions at once", 0},
+    {"sizes", FS_OPT_SIZES, O(sizes), S(sizes), 1, 1ull << 32, NULL, NULL,
+     "message sizes: 2:8M (powers of two) or 8,4K,1M (default: 8 for lat, 64K for bw/bibw)", 0},
+    {"iters", FS_OPT_INT, O(iters), S(iters), 1, 1e9, "1000", NULL,
+     "measured messages per size", 0},
+    {"duration", FS_OPT_DOUBLE, O(duration), S(duration), 0, 86400, "0", NULL,
+     "seconds to measure each size; overrides --iters when > 0", 0},
+    {"warmup", FS_OPT_INT, O(warmup), S(warmup), 0, 1e9, "100", NULL,
+     "warmup messages per size (not measured); ends early at --warmup-time", 0},
+    {"warmup-time", FS_OPT_DOUBLE, O(warmup_time), S(warmup_time), 0, 3600, "1", NULL,
+     "upper bound on warmup seconds per size", 0},
+    {"tx-depth", FS_OPT_INT, O(tx_depth), S(tx_depth), 1, 65536, "64", NULL,
+     "operations in flight in bw/bibw", 0},
+    {"poll", FS_OPT_ENUM, O(poll), S(poll), 0, 0, "auto", poll_values,
+     "completion waiting: busy spins, block sleeps in the kernel; auto = busy for lat, block for "
+     "bw/bibw",
+     0},
+    {"timeout", FS_OPT_DOUBLE, O(timeout), S(timeout), 0.1, 3600, "10", NULL,
+     "seconds without progress before a peer counts as gone", FS_OPTF_LOCAL},
+    {"device", FS_OPT_STR, O(device), S(device), 0, 0, NULL, NULL,
+     "device to use on this host (netdev for tcp; RDMA device for verbs)", FS_OPTF_LOCAL},
+    {"bind", FS_OPT_STR, O(bind), S(bind), 0, 0, NULL, NULL,
+     "local address for the data connection on this host", FS_OPTF_LOCAL},
+    {"peer", FS_OPT_STR, O(peer), S(peer), 0, 0, NULL, NULL,
+     "client mode: the server's HOST[:PORT] (default port 18515)", FS_OPTF_LOCAL},
+    {"listen", FS_OPT_STR, O(listen), S(listen), 0, 0, NULL, NULL,
+     "server mode: ADDR[:PORT] to accept one client on (port 0 = any free port)", FS_OPTF_LOCAL},
+    {"control-fd", FS_OPT_INT, O(control_fd), S(control_fd), -1, 1e6, "-1", NULL,
+     "server mode on an accepted connection handed over by `fabscope serve`", FS_OPTF_LOCAL},
+    {"session-open", FS_OPT_INT, O(session_open), S(session_open), 0, 1, "0", NULL,
+     "with --control-fd: the hello exchange was already done", FS_OPTF_LOCAL},
+    {"cpu", FS_OPT_INT, O(cpu), S(cpu), -1, 4095, "-1", NULL, "pin this engine to one CPU",
+     FS_OPTF_LOCAL},
+    {"format", FS_OPT_ENUM, O(format), S(format), 0, 0, "json", format_values,
+     "output: one JSON object per size, or a perftest-style table", FS_OPTF_LOCAL},
+    {"hold-cpu-latency", FS_OPT_BOOL, O(hold_cpu_latency), S(hold_cpu_latency), 0, 1, "false",
+     NULL, "hold /dev/cpu_dma_latency at 0 during the run (avoids deep C-state wake-up cost)",
+     FS_OPTF_LOCAL},
+    {"options-json", FS_OPT_BOOL, O(options_json), S(options_json), 0, 1, NULL, NULL,
+     "print the option table as JSON and exit", FS_OPTF_LOCAL | FS_OPTF_NOECHO},
+    {"list-backends", FS_OPT_BOOL, O(list_backends), S(list_backends), 0, 1, NULL, NULL,
+     "print the built-in backends and exit", FS_OPTF_LOCAL | FS_OPTF_NOECHO},
+    {"help", FS_OPT_BOOL, O(help), S(help), 0, 1, NULL, NULL, "this help",
+     FS_OPTF_LOCAL | FS_OPTF_NOECHO},
+    {0},
+};
+#undef O
+#undef S
+

@@ -1,0 +1,40 @@
+/* The effective configuration of one engine run: filled from the option table only. */
+#ifndef FS_SPEC_H
+#define FS_SPEC_H
+
+#include "options.h"
+
+struct fs_spec {
+    char backend[32];
+    char op[32];
+    char pattern[16];
+    struct fs_size_list sizes;
+    long iters;
+    double duration;
+    long warmup;
+    double warmup_time;
+    long tx_depth;
+    char poll[8];
+    double timeout;
+    char device[64];
+    char bind[128];
+    char peer[256];
+    char listen[256];
+    long control_fd;
+    long session_open; /* the session hello was already done by `fabscope serve` */
+    long cpu;
+    char format[8];
+    int hold_cpu_latency;
+    int verify;
+    int options_json;
+    int help;
+    int list_backends;
+};
+
+extern const struct fs_option fs_core_options[];
+
+/* Pattern-dependent defaults, documented in the option help. */
+#define FS_DEFAULT_LAT_SIZE 8u
+#define FS_DEFAULT_BW_SIZE 65536u
+
+#endif

@@ -1,0 +1,32 @@
+/* Statistics over every sample: exact order statistics, no ring buffer, no histogram. */
+#ifndef FS_STATS_H
+#define FS_STATS_H
+
+#include <stddef.h>
+
+struct fs_samples {
+    double *v;
+    size_t n, cap;
+};
+
+int fs_samples_push(struct fs_samples *s, double x);
+void fs_samples_clear(struct fs_samples *s);
+void fs_samples_free(struct fs_samples *s);
+
+struct fs_summary {
+    size_t n;
+    double min, p50, mean, stdev, p99, p999, max;
+    int stdev_valid; /* 0 when n < 2: a single sample has no spread */
+    size_t outliers;  /* modified z-score (median/MAD) above FS_OUTLIER_Z */
+    double mad;
+};
+
+/* Iglewicz & Hoaglin: |0.6745 (x - median) / MAD| > 3.5 marks an outlier. */
+#define FS_OUTLIER_Z 3.5
+
+/* Sorts v in place. Percentiles interpolate linearly between order statistics (numpy's default),
+ * so tests can compare against numpy exactly. */
+int fs_summarize(double *v, size_t n, struct fs_summary *out);
+double fs_percentile_sorted(const double *v, size_t n, double q);
+
+#endif

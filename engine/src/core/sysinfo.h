@@ -1,0 +1,24 @@
+/* Host facts recorded with every result because they change what a latency means. */
+#ifndef FS_SYSINFO_H
+#define FS_SYSINFO_H
+
+#include "fs.h"
+
+struct cJSON;
+
+struct fs_sysinfo {
+    char hostname[256];
+    char cpuidle_driver[64];
+    char cpuidle_governor[64];
+    int cpu_dma_latency_fd; /* held open at 0 us while >= 0 */
+    long cpu;               /* pinned CPU or -1 */
+};
+
+void fs_sysinfo_read(struct fs_sysinfo *si);
+/* Hold /dev/cpu_dma_latency at 0 for the life of the process, as tuned's latency profiles do:
+ * keeps CPUs out of deep idle states whose wake-up cost lands on every blocking message. */
+int fs_hold_cpu_latency(struct fs_sysinfo *si, struct fs_err *err);
+int fs_pin_cpu(struct fs_sysinfo *si, long cpu, struct fs_err *err);
+void fs_sysinfo_json(const struct fs_sysinfo *si, struct cJSON *obj);
+
+#endif
