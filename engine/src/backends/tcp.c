@@ -98,25 +98,31 @@ static void owner_of(const char *addr, char *dev, size_t len, char *all, size_t 
     freeifaddrs(ifa);
 }
 
-static int check_local_names(struct tcp *t, struct fs_err *err)
+static int check_local_names(const char *device, const char *bind_addr, struct fs_err *err)
 {
     char list[2048];
-    if (t->device[0] && if_nametoindex(t->device) == 0) {
+    if (device[0] && if_nametoindex(device) == 0) {
         list_netdevs(list, sizeof list);
         return fs_fail(err, FS_EXIT_USAGE,
-                       "--device %s: no such network device on this host; it has: %s", t->device,
+                       "--device %s: no such network device on this host; it has: %s", device,
                        list);
     }
-    if (t->bind_addr[0]) {
+    if (bind_addr[0]) {
         char dev[IF_NAMESIZE + 1];
-        owner_of(t->bind_addr, dev, sizeof dev, list, sizeof list);
+        owner_of(bind_addr, dev, sizeof dev, list, sizeof list);
         if (!dev[0])
             return fs_fail(err, FS_EXIT_USAGE,
                            "--bind %s: no interface on this host has that address; addresses "
                            "here: %s",
-                           t->bind_addr, list);
+                           bind_addr, list);
     }
     return 0;
+}
+
+static int tcp_check(const struct fs_spec *spec, const void *opts, struct fs_err *err)
+{
+    (void)opts;
+    return check_local_names(spec->device, spec->bind, err);
 }
 
 static int fail_errno(struct fs_err *err, int code, const char *what)
@@ -177,7 +183,7 @@ static int tcp_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     t->listen_fd = t->fd = -1;
     snprintf(t->device, sizeof t->device, "%s", ctx->spec->device);
     snprintf(t->bind_addr, sizeof t->bind_addr, "%s", ctx->spec->bind);
-    if (check_local_names(t, err))
+    if (check_local_names(t->device, t->bind_addr, err))
         return -1;
     size_t bufsize = ctx->max_size > 65536 ? ctx->max_size : 65536;
     t->txbuf = malloc(bufsize);
@@ -432,6 +438,7 @@ const struct fs_backend_ops fs_backend_tcp = {
     .patterns = FS_BIT(FS_PAT_LAT) | FS_BIT(FS_PAT_BW) | FS_BIT(FS_PAT_BIBW),
     .options = tcp_options,
     .options_size = sizeof(struct tcp_opts),
+    .check = tcp_check,
     .setup = tcp_setup,
     .local_address = tcp_local_address,
     .connect = tcp_connect,

@@ -25,6 +25,8 @@ struct fs_be_ctx {
     uint64_t max_size; /* the largest message of the run: allocate/register once */
     const char *ctl_local_addr;  /* numeric address of our end of the control connection */
     const char *ctl_peer_addr;   /* numeric address of the peer's end */
+    int block; /* effective poll mode (1 = block): backends whose wakeup support changes what
+                * the library selects (UCX's WAKEUP feature) must know before they open it */
 };
 
 struct fs_backend_ops {
@@ -36,6 +38,9 @@ struct fs_backend_ops {
     const struct fs_option *options; /* the backend's own rows, or NULL */
     size_t options_size;             /* bytes of the struct those rows write into */
 
+    /* Optional: check this host's names (device, address, port, GID) before any connection is
+     * made, so a typo is a usage error even when the peer is missing. */
+    int (*check)(const struct fs_spec *spec, const void *opts, struct fs_err *err);
     /* Open the device / endpoint and allocate for ctx->max_size. */
     int (*setup)(const struct fs_be_ctx *ctx, void **be, struct fs_err *err);
     /* What the peer needs to reach us (address, port, QPN, rkey, ...), added to obj. */

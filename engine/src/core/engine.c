@@ -134,6 +134,11 @@ int fs_run_validate(struct fs_run *r, struct fs_err *err)
     else
         r->block = strcmp(r->spec.poll, "block") == 0;
     r->timeout_ns = (uint64_t)(r->spec.timeout * 1e9);
+    if (r->bops->check && r->bops->check(&r->spec, r->bopts, err)) {
+        if (!err->code)
+            err->code = FS_EXIT_USAGE;
+        return -1;
+    }
     return 0;
 }
 
@@ -170,7 +175,8 @@ static int backend_setup(struct fs_run *r, struct fs_err *err)
                             .is_server = r->is_server,
                             .max_size = max_size(r),
                             .ctl_local_addr = r->ctl_local,
-                            .ctl_peer_addr = r->ctl_peer};
+                            .ctl_peer_addr = r->ctl_peer,
+                            .block = r->block};
     if (r->bops->setup(&ctx, &r->be, err)) {
         if (!err->code)
             err->code = FS_EXIT_MEASURE;

@@ -1,0 +1,80 @@
+"""Entry points for `fabscope devices` and `fabscope doctor`; the CLI wires each in one line:
+
+    devices -> return main_devices(argv)
+    doctor  -> return main_doctor(argv)
+
+Both return the process exit status.  Mistakes on the command line are explained in one
+message and give EXIT_USAGE (2), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from fabscope.devices import discover, render_text, sysfs_root_from_env
+from fabscope.doctor import EXIT_USAGE, CommandRunner, Context, run_doctor
+from fabscope.doctor import render_text as render_report
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message}\n{self.format_usage().strip()}")
+
+
+def _common(prog: str, description: str) -> _Parser:
+    p = _Parser(prog=prog, description=description)
+    p.add_argument("--json", action="store_true", help="print schema-versioned JSON instead of a table")
+    p.add_argument("--sysfs-root", metavar="P", type=Path, default=None,
+                   help="read sysfs from P instead of /sys (default: $FABSCOPE_SYSFS_ROOT or /sys)")
+    return p
+
+
+def _check_root(root: Path) -> None:
+    if not root.is_dir():
+        raise UsageError(
+            f"--sysfs-root {root}: no such directory. It must be a sysfs tree (containing "
+            f"class/net and, with RDMA, class/infiniband); leave it out to read /sys")
+
+
+def main_devices(argv: Sequence[str] | None = None) -> int:
+    parser = _common("fabscope devices", "RDMA devices, ports, GIDs, netdevs, PCI and NUMA placement")
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+        root = sysfs_root_from_env(args.sysfs_root)
+        _check_root(root)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
+    devinfo = None
+    if root.resolve() == Path("/sys") and (root / "class" / "infiniband").is_dir():
+        # Active/max MTU are not in sysfs; ibv_devinfo gets them with ibv_query_port().
+        res = CommandRunner().run(["ibv_devinfo", "-v"])
+        devinfo = res.stdout if res.ok else None
+    inv = discover(root, devinfo)
+    sys.stdout.write(inv.to_json() + "\n" if args.json else render_text(inv))
+    return 0
+
+
+def main_doctor(argv: Sequence[str] | None = None) -> int:
+    parser = _common("fabscope doctor", "check this host for known RDMA/HPC pitfalls, each with the fix")
+    parser.add_argument("--expect-link-layer", choices=["InfiniBand", "Ethernet"], default=None,
+                        help="report an error for any RDMA port with the other link layer")
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+        root = sysfs_root_from_env(args.sysfs_root)
+        _check_root(root)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return EXIT_USAGE
+    ctx = Context(sysfs_root=root, expected_link_layer=args.expect_link_layer)
+    report = run_doctor(ctx)
+    sys.stdout.write(report.to_json() + "\n" if args.json else render_report(report))
+    return report.exit_code

@@ -1,0 +1,256 @@
+"""RDMA port checks: state, subnet manager, link layer, MTU, rate vs netdev speed, PCIe."""
+
+from __future__ import annotations
+
+from fabscope.devices import (
+    Port,
+    RdmaDevice,
+    netdev_mtu_for_roce_mtu,
+    parse_pcie_speed_gts,
+    roce_active_mtu_from_netdev,
+)
+from fabscope.doctor.core import Context, Finding, check
+
+
+def _pname(d: RdmaDevice, p: Port) -> str:
+    return f"{d.name}/{p.num}"
+
+
+def _port_file(ctx: Context, d: RdmaDevice, p: Port, attr: str) -> str:
+    return str(ctx.sys(f"class/infiniband/{d.name}/ports/{p.num}/{attr}"))
+
+
+def _no_rdma(check_id: str) -> list[Finding]:
+    # Reported once by rdma.devices; the per-port checks have nothing to say.
+    return []
+
+
+@check("rdma.devices", "rdma")
+def check_devices(ctx: Context) -> list[Finding]:
+    """Are there RDMA devices at all."""
+    inv = ctx.inventory
+    base = ctx.sys("class/infiniband")
+    if not inv.rdma_devices:
+        return [Finding("rdma.devices", "info",
+                        "no RDMA device on this host: port, GID, MTU and PCIe checks have nothing to check",
+                        f"{base}: absent or empty; netdevs: {', '.join(nd.name for nd in inv.netdevs) or 'none'}",
+                        "RDMA runs need an RDMA device (hardware, or Soft-RoCE: `rdma link add rxe0 type rxe "
+                        "netdev <netdev>`)", "")]
+    names = ", ".join(f"{d.name} ({len(d.ports)} port{'s' if len(d.ports) != 1 else ''})" for d in inv.rdma_devices)
+    return [Finding("rdma.devices", "ok", f"RDMA devices: {names}", f"{base}: {names}")]
+
+
+@check("ports.state", "ports")
+def check_state(ctx: Context) -> list[Finding]:
+    """Logical and physical state of every RDMA port."""
+    inv = ctx.inventory
+    if not inv.rdma_devices:
+        return _no_rdma("ports.state")
+    out: list[Finding] = []
+    for d, p in inv.ports():
+        fid = f"ports.state.{_pname(d, p)}"
+        ev = (f"{_port_file(ctx, d, p, 'state')} = {p.state or 'unreadable'}, "
+              f"{_port_file(ctx, d, p, 'phys_state')} = {p.phys_state or 'unreadable'}")
+        if p.state is None:
+            out.append(Finding(fid, "info", f"{_pname(d, p)}: port state unknown", ev,
+                               "the state file could not be read", "read it with `ibv_devinfo -d "
+                               f"{d.name} -i {p.num}`"))
+        elif p.state == "ACTIVE":
+            if p.phys_state not in (None, "LinkUp"):
+                out.append(Finding(fid, "warn", f"{_pname(d, p)}: ACTIVE but physical state {p.phys_state}",
+                                   ev, "an active port should have its physical link up",
+                                   f"check the cable and the peer port; `ibstat {d.name} {p.num}`"))
+            else:
+                out.append(Finding(fid, "ok", f"{_pname(d, p)}: ACTIVE", ev))
+        elif p.state == "INIT" and p.is_infiniband:
+            # The subnet-manager check explains this one; do not report it twice.
+            continue
+        else:
+            phys = p.phys_state or "unknown"
+            if p.state == "DOWN" and phys in ("Polling", "Disabled", "unknown"):
+                hint = ("no link: the cable is unplugged or the peer is off (Polling), or the port "
+                        "was disabled (Disabled)")
+                fix = (f"connect the cable / power the peer; for Disabled: `ibportstate -C {d.name} "
+                       f"-P {p.num} -D 0 {p.num} enable` (IB) or `ip link set <netdev> up` (RoCE)")
+            else:
+                hint = "traffic cannot flow through a port that is not ACTIVE"
+                fix = f"inspect with `ibstat {d.name} {p.num}` and the switch port"
+            out.append(Finding(fid, "error", f"{_pname(d, p)}: port is {p.state} (physical {phys})",
+                               ev, hint, fix))
+    return out
+
+
+@check("ports.sm", "ports")
+def check_sm(ctx: Context) -> list[Finding]:
+    """InfiniBand ports need a subnet manager; RoCE ports need none."""
+    inv = ctx.inventory
+    if not inv.rdma_devices:
+        return _no_rdma("ports.sm")
+    out: list[Finding] = []
+    for d, p in inv.ports():
+        fid = f"ports.sm.{_pname(d, p)}"
+        ev = (f"link_layer = {p.link_layer or 'unreadable'}, state = {p.state or 'unreadable'}, "
+              f"sm_lid = {'unreadable' if p.sm_lid is None else hex(p.sm_lid)}, "
+              f"lid = {'unreadable' if p.lid is None else hex(p.lid)}")
+        if p.is_infiniband:
+            no_sm = p.state == "INIT" or (p.state == "ACTIVE" and p.sm_lid == 0)
+            if no_sm:
+                out.append(Finding(
+                    fid, "error", f"{_pname(d, p)}: InfiniBand link has no subnet manager",
+                    ev,
+                    "an IB port stays in INIT with no LID until a subnet manager configures it; "
+                    "nothing can be sent (ibnodes/ibping fail too)",
+                    "start one SM on the fabric: `systemctl enable --now opensm` on one host "
+                    "(or enable the switch's SM); the port turns ACTIVE within seconds"))
+            elif p.state == "ACTIVE" and p.sm_lid:
+                out.append(Finding(fid, "ok", f"{_pname(d, p)}: subnet manager at LID {p.sm_lid:#x}", ev))
+            elif p.state == "ACTIVE":
+                out.append(Finding(fid, "info", f"{_pname(d, p)}: ACTIVE; SM LID unreadable", ev))
+        elif p.is_ethernet:
+            out.append(Finding(fid, "ok", f"{_pname(d, p)}: RoCE/Ethernet port; no subnet manager needed",
+                               ev + " (RoCE has no SM: ibnodes and other SM queries fail there by design)"))
+    return out
+
+
+@check("ports.link_layer", "ports")
+def check_link_layer(ctx: Context) -> list[Finding]:
+    """Link layer of every port, against the expected one when the user named it."""
+    inv = ctx.inventory
+    if not inv.rdma_devices:
+        return _no_rdma("ports.link_layer")
+    out: list[Finding] = []
+    want = ctx.expected_link_layer
+    for d, p in inv.ports():
+        fid = f"ports.link_layer.{_pname(d, p)}"
+        ev = f"{_port_file(ctx, d, p, 'link_layer')} = {p.link_layer or 'unreadable'}"
+        if p.link_layer is None:
+            out.append(Finding(fid, "info", f"{_pname(d, p)}: link layer unknown", ev))
+        elif want and p.link_layer.lower() != want.lower():
+            other = "Ethernet" if want.lower() == "infiniband" else "InfiniBand"
+            out.append(Finding(
+                fid, "error", f"{_pname(d, p)}: link layer is {p.link_layer}, expected {want}", ev,
+                "a VPI adapter port set to the other protocol cannot talk to the fabric it is cabled to",
+                f"set the port type with `mlxconfig -d <pci> set LINK_TYPE_P{p.num}="
+                f"{1 if want.lower() == 'infiniband' else 2}` ({want}; currently {other}) and reboot "
+                "or reset the adapter"))
+        else:
+            out.append(Finding(fid, "ok", f"{_pname(d, p)}: link layer {p.link_layer}", ev))
+    return out
+
+
+@check("ports.mtu", "ports")
+def check_mtu(ctx: Context) -> list[Finding]:
+    """Active vs max MTU, and for RoCE the netdev MTU the active MTU follows."""
+    inv = ctx.inventory
+    if not inv.rdma_devices:
+        return _no_rdma("ports.mtu")
+    out: list[Finding] = []
+    for d, p in inv.ports():
+        fid = f"ports.mtu.{_pname(d, p)}"
+        nd = inv.netdev(p.netdev)
+        nd_mtu = nd.mtu if nd else None
+        ev = (f"active_mtu {p.active_mtu or 'unknown'}, max_mtu {p.max_mtu or 'unknown'} "
+              f"(source: {p.mtu_source})")
+        if nd is not None:
+            ev += f"; netdev {nd.name} mtu {nd_mtu if nd_mtu is not None else 'unknown'}"
+        if p.active_mtu is None:
+            out.append(Finding(fid, "info", f"{_pname(d, p)}: active MTU unknown", ev,
+                               "sysfs has no MTU file; it comes from ibv_query_port()",
+                               f"`ibv_devinfo -d {d.name} -i {p.num}` shows active_mtu and max_mtu"))
+            continue
+        if p.max_mtu is not None and p.active_mtu < p.max_mtu:
+            if p.is_ethernet:
+                need = netdev_mtu_for_roce_mtu(p.max_mtu)
+                fix = (f"raise the netdev MTU on both hosts and the switch ports: "
+                       f"`ip link set {p.netdev or '<netdev>'} mtu 9000` (>= {need} gives RoCE MTU "
+                       f"{p.max_mtu}; note 4096 itself only gives {roce_active_mtu_from_netdev(4096)})")
+                why = ("RoCE's active MTU follows the netdev MTU minus the RoCE headers; every "
+                       f"message is cut into {p.active_mtu}-byte packets, costing bandwidth and message rate")
+            else:
+                fix = ("raise the partition MTU in the subnet manager (opensm partitions.conf: "
+                       "`Default=0x7fff, ipoib, mtu=5 : ALL=full;` for 4096) and restart opensm")
+                why = f"the SM set a path MTU of {p.active_mtu} on a port that supports {p.max_mtu}"
+            out.append(Finding(fid, "warn", f"{_pname(d, p)}: active MTU {p.active_mtu} below max {p.max_mtu}",
+                               ev, why, fix))
+        elif p.is_ethernet and nd_mtu is not None and roce_active_mtu_from_netdev(nd_mtu) < 4096:
+            out.append(Finding(fid, "warn",
+                               f"{_pname(d, p)}: netdev MTU {nd_mtu} limits RoCE to {p.active_mtu}-byte packets",
+                               ev, "RoCE's MTU follows the netdev MTU; 4096-byte RoCE packets need a "
+                               f"netdev MTU of at least {netdev_mtu_for_roce_mtu(4096)}",
+                               f"`ip link set {nd.name if nd else '<netdev>'} mtu 9000` on both hosts "
+                               "(and jumbo frames on the switch)"))
+        else:
+            out.append(Finding(fid, "ok", f"{_pname(d, p)}: active MTU {p.active_mtu}", ev))
+    return out
+
+
+@check("ports.rate", "ports")
+def check_rate(ctx: Context) -> list[Finding]:
+    """RoCE port rate against the speed of the netdev behind it."""
+    inv = ctx.inventory
+    if not inv.rdma_devices:
+        return _no_rdma("ports.rate")
+    out: list[Finding] = []
+    for d, p in inv.ports():
+        if not p.is_ethernet:
+            continue
+        fid = f"ports.rate.{_pname(d, p)}"
+        nd = inv.netdev(p.netdev)
+        speed = nd.speed_mbps if nd else None
+        ev = (f"{_port_file(ctx, d, p, 'rate')} = {p.rate or 'unreadable'}; netdev "
+              f"{p.netdev or 'unknown'} speed = {f'{speed} Mb/s' if speed else 'unknown'}")
+        if p.rate_gbps is None or speed is None:
+            out.append(Finding(fid, "info", f"{_pname(d, p)}: cannot compare port rate and netdev speed", ev))
+            continue
+        nd_gbps = speed / 1000.0
+        if abs(p.rate_gbps - nd_gbps) > 0.1 * max(p.rate_gbps, nd_gbps):
+            out.append(Finding(
+                fid, "warn", f"{_pname(d, p)}: RDMA rate {p.rate_gbps:g} Gb/s but netdev speed {nd_gbps:g} Gb/s",
+                ev,
+                "bandwidth results are judged against the line rate; when the two disagree one of them "
+                "is wrong (a driver mapping Ethernet speeds onto IB width x speed), or the link "
+                "negotiated down",
+                f"check the real link with `ethtool {p.netdev}`; if ethtool is right, judge "
+                "results against it and report the rate mismatch to the driver"))
+        else:
+            out.append(Finding(fid, "ok", f"{_pname(d, p)}: rate {p.rate_gbps:g} Gb/s matches netdev", ev))
+    return out
+
+
+@check("ports.pcie", "ports")
+def check_pcie(ctx: Context) -> list[Finding]:
+    """PCIe link of each RDMA adapter against its capability (LnkSta vs LnkCap)."""
+    inv = ctx.inventory
+    if not inv.rdma_devices:
+        return _no_rdma("ports.pcie")
+    out: list[Finding] = []
+    for d in inv.rdma_devices:
+        fid = f"ports.pcie.{d.name}"
+        pci = d.pci
+        if pci is None:
+            out.append(Finding(fid, "info", f"{d.name}: no PCI function found (virtual device or "
+                               "layout without a device link)", f"{ctx.sys(f'class/infiniband/{d.name}/device')} absent"))
+            continue
+        base = ctx.sys(f"bus/pci/devices/{pci.address}")
+        ev = (f"PCI {pci.address}: current_link_speed {pci.current_link_speed or 'unknown'}, "
+              f"max_link_speed {pci.max_link_speed or 'unknown'}, current_link_width "
+              f"{pci.current_link_width or 'unknown'}, max_link_width {pci.max_link_width or 'unknown'}")
+        problems = []
+        if pci.current_link_width and pci.max_link_width and pci.current_link_width < pci.max_link_width:
+            problems.append(f"width x{pci.current_link_width} of x{pci.max_link_width}")
+        cur_s = parse_pcie_speed_gts(pci.current_link_speed)
+        max_s = parse_pcie_speed_gts(pci.max_link_speed)
+        if cur_s and max_s and cur_s < max_s:
+            problems.append(f"speed {cur_s:g} of {max_s:g} GT/s")
+        if problems:
+            out.append(Finding(
+                fid, "warn", f"{d.name}: PCIe link downgraded: {', '.join(problems)}", ev,
+                "the adapter cannot move more than its PCIe link carries; a x8 Gen3 link tops out "
+                "near 63 Gb/s, below a 100 Gb/s port",
+                f"reseat the card in a full-width slot (`lspci -s {pci.address} -vv | grep -E "
+                "'LnkCap|LnkSta'` confirms), check BIOS bifurcation/ASPM settings and riser cables"))
+        elif pci.current_link_width is None and cur_s is None:
+            out.append(Finding(fid, "info", f"{d.name}: PCIe link state not readable", ev + f" (under {base})"))
+        else:
+            out.append(Finding(fid, "ok", f"{d.name}: PCIe link at capability", ev))
+    return out

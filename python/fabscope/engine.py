@@ -1,0 +1,69 @@
+"""Finding the measurement engine and reading its option table (the single source of options)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from .errors import EXIT_MEASURE, FabscopeError
+
+ENGINE_NAME = "fabscope-engine"
+
+
+def _candidates(name: str) -> list[Path]:
+    found: list[Path] = []
+    env = os.environ.get("FABSCOPE_ENGINE_DIR")
+    if env:
+        found.append(Path(env) / name)
+    # Installed into the same prefix as this Python (the repo's .venv): the normal case.
+    found.append(Path(sys.prefix) / "bin" / name)
+    which = shutil.which(name)
+    if which:
+        found.append(Path(which))
+    # A source checkout that was built but not installed.
+    found.append(Path(__file__).resolve().parents[2] / "build" / "engine" / name)
+    return found
+
+
+def find_binary(name: str) -> Path:
+    if name == ENGINE_NAME and os.environ.get("FABSCOPE_ENGINE"):
+        path = Path(os.environ["FABSCOPE_ENGINE"])
+        if not os.access(path, os.X_OK):
+            raise FabscopeError(f"FABSCOPE_ENGINE={path} is not an executable file", EXIT_MEASURE)
+        return path
+    for path in _candidates(name):
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    raise FabscopeError(
+        f"cannot find {name}: looked in {', '.join(str(p.parent) for p in _candidates(name))}. "
+        "Run `make setup` in the fabscope checkout (it builds and installs the engine), "
+        "or point FABSCOPE_ENGINE at the binary",
+        EXIT_MEASURE,
+    )
+
+
+def engine_path() -> Path:
+    return find_binary(ENGINE_NAME)
+
+
+@functools.cache
+def option_table() -> dict[str, Any]:
+    """The engine's `--options-json`: core rows, op semantics, and each built backend's rows."""
+    out = subprocess.run(
+        [str(engine_path()), "--options-json"], capture_output=True, text=True, timeout=30, check=False
+    )
+    if out.returncode != 0:
+        raise FabscopeError(f"{engine_path()} --options-json failed: {out.stderr.strip()}", EXIT_MEASURE)
+    table: dict[str, Any] = json.loads(out.stdout)
+    return table
+
+
+def backends() -> dict[str, Any]:
+    result: dict[str, Any] = option_table()["backends"]
+    return result

@@ -1,0 +1,1 @@
+"""Every output format is rendered from one table model, so text, CSV, Markdown and JSON agree."""

@@ -1,0 +1,134 @@
+#!/bin/sh
+# Per-run guest setup, exec'd as PID 1 by /sbin/fabscope-init from the 9p
+# control share /fabscope-ctl. The host writes next to it:
+#   env      shell assignments FS_* (see softroce.py, _write_control_dir)
+#   hosts    the guest's /etc/hosts
+#   cmd.sh   the command to run (argv quoted for /bin/sh)
+#   siw.ko   only in --siw mode
+# and reads back `rc` (the command's exit status). Every step prints a marker
+# @@fabscope:<nonce>:<event>@@ on the serial console so the host can follow
+# progress and report where a failed boot stopped.
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root LANG=C.UTF-8
+CTL=/fabscope-ctl
+. "$CTL/env"
+
+say() { echo "@@fabscope:$FS_NONCE:$*@@"; }
+
+poweroff_now() {
+    sync
+    # Immediate ACPI power-off; qemu runs with -no-reboot and then exits.
+    echo o > /proc/sysrq-trigger
+    sleep 60
+}
+
+# Setup failure: report it, write an rc the host recognises, power off.
+fail() {
+    say "error:$*"
+    echo 125 > "$CTL/rc.tmp" && mv "$CTL/rc.tmp" "$CTL/setup-failed"
+    poweroff_now
+}
+
+# wait_for SECONDS CONDITION... : poll (5 Hz) until CONDITION succeeds.
+wait_for() {
+    n=$(( $1 * 5 )); shift
+    while ! "$@" 2>/dev/null; do
+        n=$(( n - 1 ))
+        [ "$n" -gt 0 ] || return 1
+        sleep 0.2
+    done
+}
+
+# Keep kernel messages off the console the command's output is read from.
+echo 1 > /proc/sys/kernel/printk
+
+mountpoint -q /run || mount -t tmpfs -o mode=0755 tmpfs /run
+mountpoint -q /tmp || mount -t tmpfs -o mode=1777 tmpfs /tmp
+mkdir -p /dev/pts /dev/shm
+mountpoint -q /dev/pts || mount -t devpts devpts /dev/pts
+mountpoint -q /dev/shm || mount -t tmpfs tmpfs /dev/shm
+hostname "$FS_HOSTNAME"
+cp "$CTL/hosts" /etc/hosts
+say "stage:mounts"
+
+# Shares: the host repo read-only, the output directory read-write.
+mkdir -p /fabscope /out
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro fabscope /fabscope \
+    || fail "cannot mount the repo share (9p tag fabscope) at /fabscope"
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 fsout /out \
+    || fail "cannot mount the output share (9p tag fsout) at /out"
+
+# No udev: nobody else loads modules; without virtio_net there is no eth0.
+# ib_uverbs gives /dev/infiniband/uverbs*, rdma_ucm /dev/infiniband/rdma_cm.
+# One modprobe call for all: each kmod start costs time under TCG.
+case "$FS_RDMA" in
+    rxe) mods="virtio_net ib_uverbs rdma_ucm rdma_rxe" ;;
+    siw) mods="virtio_net ib_uverbs rdma_ucm ib_core libcrc32c" ;;
+    *) fail "unknown FS_RDMA=$FS_RDMA" ;;
+esac
+# shellcheck disable=SC2086 # word splitting intended
+modprobe -a $mods || fail "modprobe -a $mods failed"
+wait_for 10 test -e /sys/class/net/eth0 || fail "no eth0 10 s after loading virtio_net"
+ip link set lo up
+ip addr add "$FS_ADDR/24" dev eth0 || fail "cannot add $FS_ADDR/24 to eth0"
+ip link set eth0 up || fail "cannot bring eth0 up"
+say "stage:network"
+
+case "$FS_RDMA" in
+    rxe)
+        rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0 type rxe netdev eth0 failed"
+        dev=rxe0 ;;
+    siw)
+        # Debian's kernel has no siw; the host built this one for this kernel.
+        insmod "$CTL/siw.ko" || fail "insmod siw.ko failed (built for $(uname -r)?)"
+        rdma link add siw0 type siw netdev eth0 || fail "rdma link add siw0 type siw netdev eth0 failed"
+        dev=siw0 ;;
+esac
+port_active() { grep -q ACTIVE "/sys/class/infiniband/$dev/ports/1/state"; }
+wait_for 15 port_active || fail "$dev port 1 not ACTIVE after 15 s: $(cat /sys/class/infiniband/$dev/ports/1/state)"
+say "stage:rdma:$dev"
+
+# fabscope on PATH, running the host's code from the read-only share.
+cat > /usr/local/bin/fabscope <<'EOF'
+#!/bin/sh
+export PYTHONPATH="/fabscope/python${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONDONTWRITEBYTECODE=1
+exec python3 -m fabscope "$@"
+EOF
+cat > /usr/local/bin/fabscope-engine <<EOF
+#!/bin/sh
+e="/fabscope/$FS_ENGINE"
+if [ ! -x "\$e" ]; then
+    echo "fabscope-engine: \$e not found in the guest: build the engine on the host first (make);" >&2
+    echo "the guest runs the host's build from the read-only share /fabscope." >&2
+    exit 127
+fi
+exec "\$e" "\$@"
+EOF
+chmod 0755 /usr/local/bin/fabscope /usr/local/bin/fabscope-engine
+export FABSCOPE_ENGINE="/fabscope/$FS_ENGINE"
+export FABSCOPE_TESTBED=softroce FABSCOPE_ROLE="$FS_ROLE" FABSCOPE_PEER="$FS_PEER_ADDR"
+export FABSCOPE_RDMA_DEV="$dev" FABSCOPE_OUT=/out
+export PYTHONDONTWRITEBYTECODE=1
+
+say "ready:$(cut -d' ' -f1 /proc/uptime)"
+
+# Two-guest client: the host creates `go` once the server has had its head start.
+if [ "$FS_WAIT_GO" = 1 ]; then
+    wait_for "$FS_GO_TIMEOUT" test -e "$CTL/go" || fail "no go from the host within $FS_GO_TIMEOUT s"
+fi
+
+cd /out
+say "begin"
+/bin/sh "$CTL/cmd.sh" < /dev/null
+rc=$?
+# A command whose last line has no newline would swallow the marker's start.
+echo
+echo "$rc" > "$CTL/rc.tmp" && mv "$CTL/rc.tmp" "$CTL/rc"
+say "exit:$rc"
+
+if [ "$FS_KEEP_ALIVE" = 1 ]; then
+    # Server role: stay up (link and peer intact) until the host stops us.
+    while :; do sleep 3600; done
+fi
+poweroff_now

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Every test, in order of cost. Fails on the first failing stage and says which.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PWD/.venv/bin:$PATH"
+stage() { echo; echo "=== $* ==="; }
+
+stage "lint: ruff + mypy"
+ruff check python tests bench
+mypy
+
+stage "engine: C unit tests"
+ctest --test-dir build/engine --output-on-failure
+
+if [ -z "${FABSCOPE_FAST:-}" ]; then
+  stage "engine: ASan/UBSan build, C tests and a loopback run under the sanitizers"
+  cmake -S engine -B build/engine-asan -G Ninja -DFS_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+  ninja -C build/engine-asan >/dev/null
+  ctest --test-dir build/engine-asan --output-on-failure
+  FABSCOPE_ENGINE="$PWD/build/engine-asan/fabscope-engine" \
+    python -m pytest -q -p no:cacheprovider tests/integration/test_tcp_loopback.py -k "sanity"
+
+  stage "engine: libFuzzer on the control-message parser (60 s)"
+  CC=clang cmake -S engine -B build/engine-fuzz -G Ninja -DFS_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+  ninja -C build/engine-fuzz fuzz_ctl >/dev/null
+  mkdir -p build/fuzz-corpus
+  cp engine/fuzz/corpus/* build/fuzz-corpus/
+  build/engine-fuzz/fuzz_ctl -max_total_time=60 -max_len=4096 build/fuzz-corpus 2>&1 | tail -3
+fi
+
+stage "python: unit and integration tests"
+markers=""
+[ -n "${FABSCOPE_FAST:-}" ] && markers="not softroce"
+python -m pytest -q -p no:cacheprovider ${markers:+-m "$markers"} tests

@@ -1,0 +1,153 @@
+"""Missing, dying, busy and mismatched peers: a clear error within the deadline, never a hang."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+
+from conftest import REPO, engine_bin, fabscope, json_lines
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_nothing_listening_exits_3_within_the_timeout_naming_the_address() -> None:
+    port = free_port()
+    t0 = time.monotonic()
+    out = fabscope("run", "--peer", f"127.0.0.1:{port}", "--timeout", "2")
+    elapsed = time.monotonic() - t0
+    assert out.returncode == 3
+    assert f"127.0.0.1:{port}" in out.stderr and "fabscope serve" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert elapsed < 2 + 3  # the timeout plus process start-up
+
+
+def test_server_killed_mid_sweep_keeps_measured_sizes_and_exits_3() -> None:
+    engine = str(engine_bin())
+    server = subprocess.Popen([engine, "--listen", "127.0.0.1:0", "--timeout", "3"], stdout=subprocess.PIPE, text=True)
+    assert server.stdout is not None
+    port = json.loads(server.stdout.readline())["port"]
+    client = subprocess.Popen(
+        [engine, "--peer", f"127.0.0.1:{port}", "--timeout", "3", "--sizes", "8:1M", "--iters", "3000",
+         "--warmup", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert client.stdout is not None
+    first = client.stdout.readline()  # one size done: now kill the server mid-sweep
+    server.kill()
+    server.wait()
+    t0 = time.monotonic()
+    rest, err = client.communicate(timeout=15)
+    assert client.returncode == 3
+    assert time.monotonic() - t0 < 3 + 2
+    records = json_lines(first + rest)
+    results = [r for r in records if r.get("schema") == "fabscope.result/1"]
+    errors = [r for r in records if r.get("schema") == "fabscope.error/1"]
+    assert results and results[0]["size"] == 8
+    assert errors and errors[0]["exit_code"] == 3
+    assert "peer" in err
+
+
+def test_cli_keeps_measured_sizes_when_the_server_dies() -> None:
+    """Through `fabscope serve`: killing serve's engine mid-sweep."""
+    port = free_port()
+    serve = subprocess.Popen([sys.executable, "-m", "fabscope", "serve", "--port", str(port)],
+                             stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO / "python"), "PATH": "/usr/bin:/bin"})
+    try:
+        time.sleep(0.5)
+        client = subprocess.Popen(
+            [sys.executable, "-m", "fabscope", "run", "--peer", f"127.0.0.1:{port}", "--timeout", "3",
+             "--format", "json", "--sizes", "8:4M", "--iters", "3000", "--warmup", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO / "python"), "PATH": "/usr/bin:/bin"},
+        )
+        time.sleep(1.5)
+        subprocess.run(["pkill", "-KILL", "-f", f"fabscope-engine --control-fd"], check=False)
+        out, err = client.communicate(timeout=20)
+        assert client.returncode == 3, err
+        assert len(json_lines(out)) >= 1
+        assert "measured before" in err
+    finally:
+        serve.terminate()
+        serve.wait(timeout=10)
+
+
+def test_serve_runs_a_client_and_answers_busy_to_a_second_one_at_once() -> None:
+    port = free_port()
+    env = {"PYTHONPATH": str(REPO / "python"), "PATH": "/usr/bin:/bin"}
+    serve = subprocess.Popen([sys.executable, "-m", "fabscope", "serve", "--port", str(port)],
+                             stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        time.sleep(0.5)
+        first = subprocess.Popen(
+            [sys.executable, "-m", "fabscope", "run", "--peer", f"127.0.0.1:{port}", "--format", "json",
+             "--duration", "2", "--warmup", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        time.sleep(0.8)
+        t0 = time.monotonic()
+        second = fabscope("run", "--peer", f"127.0.0.1:{port}", "--timeout", "5")
+        assert second.returncode == 3
+        assert "busy" in second.stderr
+        assert time.monotonic() - t0 < 3  # an answer, not a wait
+        out, err = first.communicate(timeout=20)
+        assert first.returncode == 0, err
+        (rec,) = json_lines(out)
+        assert rec["transport"]["peer"]["kind"] == "tcp"
+    finally:
+        serve.terminate()
+        serve.wait(timeout=10)
+
+
+def test_version_mismatch_names_both_versions() -> None:
+    """A fake server that greets with protocol 99."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    port = lsock.getsockname()[1]
+
+    def greet() -> None:
+        conn, _ = lsock.accept()
+        body = json.dumps({"type": "hello", "proto": 99, "version": "9.9.9", "role": "server"}).encode()
+        conn.sendall(struct.pack(">I", len(body)) + body)
+        time.sleep(1)
+        conn.close()
+
+    threading.Thread(target=greet, daemon=True).start()
+    out = fabscope("run", "--peer", f"127.0.0.1:{port}", "--timeout", "3")
+    lsock.close()
+    assert out.returncode == 3
+    assert "9.9.9" in out.stderr and "protocol 99" in out.stderr and "protocol 1" in out.stderr
+
+
+def test_a_peer_that_never_answers_times_out() -> None:
+    """Accepts the TCP connection but says nothing (a hung or foreign server)."""
+    lsock = socket.socket()
+    lsock.bind(("127.0.0.1", 0))
+    lsock.listen(1)
+    port = lsock.getsockname()[1]
+    t0 = time.monotonic()
+    out = fabscope("run", "--peer", f"127.0.0.1:{port}", "--timeout", "2")
+    lsock.close()
+    assert out.returncode == 3
+    assert time.monotonic() - t0 < 6
+    assert "no answer" in out.stderr
+
+
+def test_usage_errors_exit_2_without_traceback() -> None:
+    for args in (["run", "--loopback", "--sizes", "0"], ["run", "--loopback", "--device", "nosuch0"],
+                 ["run", "--loopback", "--backend", "nope"], ["run"], ["frobnicate"],
+                 ["run", "--loopback", "--tx-depth", "0"], ["run", "--loopback", "--op", "fadd"]):
+        out = fabscope(*args)
+        assert out.returncode == 2, (args, out.stderr)
+        assert "Traceback" not in out.stderr
+    out = fabscope("run", "--loopback", "--device", "nosuch0")
+    assert "nosuch0" in out.stderr and "lo" in out.stderr  # names what exists

@@ -1,0 +1,96 @@
+"""Real TCP over loopback, through the CLI a user runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import fabscope, json_lines
+from fabscope.results import problems
+
+
+def test_sanity_lat_bw_bibw_json() -> None:
+    """Also run under ASan/UBSan in CI (FABSCOPE_ENGINE points at the sanitizer build)."""
+    for pattern, sizes in (("lat", "8,4K"), ("bw", "64K,1M"), ("bibw", "64K")):
+        out = fabscope("run", "--loopback", "--format", "json", "--pattern", pattern, "--sizes", sizes,
+                       "--iters", "300", "--warmup", "20")
+        assert out.returncode == 0, out.stderr
+        records = json_lines(out.stdout)
+        assert [r["size"] for r in records] == [int(s.replace("K", "")) * (1024 if "K" in s else 1)
+                                                 if "M" not in s else 1 << 20 for s in sizes.split(",")]
+        for rec in records:
+            assert problems(rec) == []
+            assert rec["backend"] == "tcp" and rec["pattern"] == pattern
+            assert rec["iterations"] == 300 and rec["warmup"] == 20
+            assert rec["config"]["iters"] == 300 and rec["config"]["pattern"] == pattern
+            assert rec["transport"]["local"]["address_owner"] == "lo"
+            assert rec["clock"]["source"].startswith("clock_gettime")
+            assert rec["host"]["cpuidle_driver"] is not None
+            if pattern == "lat":
+                lat = rec["latency_us"]
+                assert 0 < lat["min"] <= lat["p50"] <= lat["p99"] <= lat["p999"] <= lat["max"]
+                assert rec["transport"]["poll"] == "busy"  # the documented default for lat
+                assert "half round trip" in rec["latency_definition"]
+            else:
+                assert rec["bandwidth_gbps"] > 0 and rec["bandwidth_MBps"] > 0 and rec["msg_rate_mpps"] > 0
+                assert rec["bandwidth_MBps"] == pytest.approx(rec["bandwidth_gbps"] * 125, rel=1e-3)
+                assert rec["bandwidth_measured_at"].startswith("receiver")
+            assert rec["path"]["verdict"] == "not-requested"
+
+
+def test_bytes_on_lo_are_counted_and_a_device_request_is_judged() -> None:
+    out = fabscope("run", "--loopback", "--format", "json", "--pattern", "bw", "--sizes", "1M",
+                   "--iters", "50", "--device", "lo")
+    assert out.returncode == 0, out.stderr
+    (rec,) = json_lines(out.stdout)
+    lo = rec["counters"]["local"]["net"]["lo"]
+    moved = lo["after"]["tx_bytes"] - lo["before"]["tx_bytes"]
+    assert moved >= 50 * (1 << 20)  # payload plus headers, both engines share lo
+    assert rec["transport"]["local"]["bound_device"] == "lo"
+    # lo was asked for and lo carried the bytes.
+    assert rec["path"]["verdict"] == "verified"
+    assert rec["path"]["requested"] == "lo"
+
+
+@pytest.mark.parametrize("fmt", ["text", "csv", "md", "json"])
+def test_every_format_from_the_same_records(fmt: str) -> None:
+    out = fabscope("run", "--loopback", "--format", fmt, "--sizes", "8,64", "--iters", "200")
+    assert out.returncode == 0, out.stderr
+    if fmt == "text":
+        assert "# backend tcp | op send | pattern lat | poll busy" in out.stdout
+        assert "p50[us]" in out.stdout and "half round trip" in out.stdout
+        assert len([ln for ln in out.stdout.splitlines() if ln.startswith(("8 ", "64 "))]) == 2
+    elif fmt == "csv":
+        lines = out.stdout.strip().splitlines()
+        assert lines[0].startswith("backend,op,pattern,size") and len(lines) == 3
+    elif fmt == "md":
+        assert "| #bytes |" in out.stdout and "### tcp send lat" in out.stdout
+    else:
+        assert len(json_lines(out.stdout)) == 2
+
+
+def test_duration_mode_and_block_poll_are_recorded() -> None:
+    out = fabscope("run", "--loopback", "--format", "json", "--duration", "0.3", "--poll", "block",
+                   "--warmup", "0")
+    assert out.returncode == 0, out.stderr
+    (rec,) = json_lines(out.stdout)
+    assert rec["transport"]["poll"] == "block" and rec["config"]["poll"] == "block"
+    assert rec["duration_s"] == pytest.approx(0.3, abs=0.1)
+    assert rec["iterations"] > 10 and rec["warmup"] == 0
+    assert rec["latency_us"]["samples"] == rec["iterations"]  # every sample, no ring buffer
+
+
+def test_text_output_explains_the_idle_state_cost_of_blocking() -> None:
+    out = fabscope("run", "--loopback", "--poll", "block", "--iters", "100")
+    assert out.returncode == 0, out.stderr
+    driver = open("/sys/devices/system/cpu/cpuidle/current_driver").read().strip()
+    if driver in ("haltpoll", "intel_idle", "acpi_idle"):
+        assert "--hold-cpu-latency" in out.stdout and driver in out.stdout
+    else:
+        assert "--hold-cpu-latency" not in out.stdout
+
+
+def test_hold_cpu_latency_is_recorded() -> None:
+    out = fabscope("run", "--loopback", "--format", "json", "--iters", "100", "--hold-cpu-latency")
+    assert out.returncode == 0, out.stderr
+    (rec,) = json_lines(out.stdout)
+    assert rec["host"]["cpu_dma_latency_held"] is True
