@@ -155,7 +155,10 @@ def build_parser(with_engine: bool = True) -> Parser:
     srv.add_argument("--port", type=int, default=control.DEFAULT_PORT)
     srv.add_argument("--max-runs", type=int, default=None, help=argparse.SUPPRESS)
     srv.add_argument("--device", dest="eng:device", default=argparse.SUPPRESS, help="device this host uses for runs")
-    srv.add_argument("--timeout", dest="eng:timeout", default=argparse.SUPPRESS, help="seconds without progress before a client counts as gone")
+    srv.add_argument(
+        "--timeout", dest="eng:timeout", default=argparse.SUPPRESS,
+        help="seconds without progress before a client counts as gone",
+    )
     srv.set_defaults(func=_serve)
 
     bk = sub.add_parser("backends", help="list the transport backends this engine was built with")

@@ -38,7 +38,7 @@ def _read_exact(sock: socket.socket, n: int, deadline: float, peer: str) -> byte
         sock.settimeout(left)
         try:
             chunk = sock.recv(n)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             continue
         if not chunk:
             raise FabscopeError(f"{peer} closed the connection", EXIT_PEER)

@@ -91,8 +91,8 @@ def run_suite(out_dir: str, quick: bool = False) -> int:
             rows.append([case.label, "-", f"FAILED (exit {outcome.exit_code}): {outcome.error}", "", ""])
     headers = ["backend op pattern", "bytes", "result", "carried by", "path"]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
     table = "\n".join(lines)
     print(f"# fabscope loopback suite: {len(records)} results in {time.monotonic() - started:.0f} s; "
           "latency = half round trip; bandwidth at the receiver")

@@ -22,8 +22,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
-from fabscope import path as fpath
-from fabscope.testbed import netns
+from fabscope import path as fpath  # noqa: E402  (needs the sys.path line above)
+from fabscope.testbed import netns  # noqa: E402
 
 IPERF_PORT = 5201
 PINGPONG_PORT = 18515

@@ -12,6 +12,8 @@ import time
 
 from conftest import REPO, engine_bin, fabscope, json_lines
 
+ENV = {"PYTHONPATH": str(REPO / "python"), "PATH": "/usr/bin:/bin"}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -61,16 +63,16 @@ def test_cli_keeps_measured_sizes_when_the_server_dies() -> None:
     """Through `fabscope serve`: killing serve's engine mid-sweep."""
     port = free_port()
     serve = subprocess.Popen([sys.executable, "-m", "fabscope", "serve", "--port", str(port)],
-                             stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO / "python"), "PATH": "/usr/bin:/bin"})
+                             stderr=subprocess.PIPE, text=True, env=ENV)
     try:
         time.sleep(0.5)
         client = subprocess.Popen(
             [sys.executable, "-m", "fabscope", "run", "--peer", f"127.0.0.1:{port}", "--timeout", "3",
              "--format", "json", "--sizes", "8:4M", "--iters", "3000", "--warmup", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(REPO / "python"), "PATH": "/usr/bin:/bin"},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
         )
         time.sleep(1.5)
-        subprocess.run(["pkill", "-KILL", "-f", f"fabscope-engine --control-fd"], check=False)
+        subprocess.run(["pkill", "-KILL", "-f", "fabscope-engine --control-fd"], check=False)
         out, err = client.communicate(timeout=20)
         assert client.returncode == 3, err
         assert len(json_lines(out)) >= 1
@@ -82,7 +84,7 @@ def test_cli_keeps_measured_sizes_when_the_server_dies() -> None:
 
 def test_serve_runs_a_client_and_answers_busy_to_a_second_one_at_once() -> None:
     port = free_port()
-    env = {"PYTHONPATH": str(REPO / "python"), "PATH": "/usr/bin:/bin"}
+    env = ENV
     serve = subprocess.Popen([sys.executable, "-m", "fabscope", "serve", "--port", str(port)],
                              stderr=subprocess.PIPE, text=True, env=env)
     try:

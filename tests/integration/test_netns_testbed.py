@@ -19,6 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import netns_helpers as h
+
 from fabscope.testbed import netns
 from fabscope.testbed.netns import FABRIC, MGMT, NS_A, NS_B
 

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from fabscope import devices as d
 from fabscope.doctor.cli_entry import main_devices
 

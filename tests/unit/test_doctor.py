@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from fabscope.doctor import (
     CHECKS,
     CommandRunner,
@@ -620,7 +621,7 @@ def test_main_doctor_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
 def test_text_renderer_has_table_and_fixes() -> None:
     from fabscope.doctor import render_text
     text = render_text(run_doctor(ctx(fx("ib-no-sm")), checks=["ports.sm", "ports.pcie"]))
-    assert "severity" in text and "ERROR" in text and "fix:" in text and "exit status 2" in text
+    assert "severity" in text and "ERROR" in text and "fix:" in text and "exit status 7" in text
 
 
 def test_a_crashing_check_becomes_an_error_finding() -> None:

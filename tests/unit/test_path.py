@@ -21,6 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
 import netns_helpers as h
+
 from fabscope.path import (
     counter_deltas,
     expected_payload_bytes,
@@ -121,7 +122,7 @@ def test_fabric_run_without_request_reports_where_bytes_went(
     path = verdict(_bw_record(fabric_run))
     assert path["verdict"] == "not-requested"
     assert path["requested"] is None
-    for label, host in (("local", NS_A), ("peer", NS_B)):
+    for label in ("local", "peer"):
         top = path["sides"][label]["top"][0]
         assert top["device"] == "fabric0" and top["share"] > 0.99
     assert "fabric0 (fs-a) / fabric0 (fs-b)" in path["summary"]

@@ -77,6 +77,11 @@ int fs_run_select_backend(struct fs_run *r, struct fs_err *err)
     }
     if (fs_backend_check(r->bops, err))
         return -1;
+    /* Selecting the backend that is already selected keeps the options parsed into it: main()
+     * selects again after parse_args, which used to reset every --<backend>-option to its
+     * default. */
+    if (r->bopts && r->be_set.rows == r->bops->options && r->be_set.base == r->bopts)
+        return 0;
     free(r->bopts);
     r->bopts = r->bops->options_size ? calloc(1, r->bops->options_size) : NULL;
     r->be_set.scope = r->bops->name;

@@ -161,7 +161,8 @@ def check_openmpi(ctx: Context) -> list[Finding]:
         pud_val = pud.value if pud else (info.params.get("pml_ucx_devices") if info else None)
         put = settings.get("pml_ucx_tls")
         put_val = put.value if put else (info.params.get("pml_ucx_tls") if info else None)
-        ev = (f"UCX_NET_DEVICES={dev_env}; pml_ucx_devices = {pud_val if pud_val is not None else 'not a parameter in this version'}"
+        pud_text = pud_val if pud_val is not None else "not a parameter in this version"
+        ev = (f"UCX_NET_DEVICES={dev_env}; pml_ucx_devices = {pud_text}"
               f"; pml_ucx_tls = {put_val if put_val is not None else 'n/a'}; {ver_ev}")
         if pud_val is not None and pud_val != "any":
             out.append(Finding(

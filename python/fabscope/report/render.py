@@ -40,13 +40,14 @@ def idle_note(rec: Record) -> str | None:
 
 
 def _text_table(t: Table) -> str:
-    widths = [max(len(c.title), *(len(cell(c, r[i])) for r in t.rows)) if t.rows else len(c.title) for i, c in enumerate(t.columns)]
-    lines = ["  ".join(c.title.rjust(w) if i else c.title.ljust(w) for i, (c, w) in enumerate(zip(t.columns, widths)))]
+    widths = [max([len(c.title)] + [len(cell(c, r[i])) for r in t.rows]) for i, c in enumerate(t.columns)]
+    titles = zip(t.columns, widths, strict=True)
+    lines = ["  ".join(c.title.rjust(w) if i else c.title.ljust(w) for i, (c, w) in enumerate(titles))]
     for row in t.rows:
         lines.append(
             "  ".join(
                 cell(c, v).rjust(w) if i else cell(c, v).ljust(w)
-                for i, (c, v, w) in enumerate(zip(t.columns, row, widths))
+                for i, (c, v, w) in enumerate(zip(t.columns, row, widths, strict=True))
             )
         )
     return "\n".join(lines)
@@ -73,6 +74,15 @@ def header(rec: Record) -> str:
     return line
 
 
+def _path_lines(recs: list[Record]) -> list[str]:
+    """Every misrouted size, loudly; otherwise one line for the group (the largest size)."""
+    paths = [r["path"] for r in recs if r.get("path")]
+    bad = [render_path_text(p) for p in paths if p.get("verdict") == "misrouted"]
+    if bad:
+        return bad
+    return [f"# {render_path_text(paths[-1])}"] if paths else []
+
+
 def render_text(records: list[Record]) -> str:
     out: list[str] = []
     for recs in groups(records).values():
@@ -85,11 +95,7 @@ def render_text(records: list[Record]) -> str:
                 if msg not in seen:
                     seen.add(msg)
                     out.append(msg)
-            if rec.get("path"):
-                line = render_path_text(rec["path"])
-                if line and line not in seen:
-                    seen.add(line)
-                    out.append(f"# {line}" if not line.startswith("!!") else line)
+        out += _path_lines(recs)
         note = idle_note(recs[0])
         if note:
             out.append("# " + note)
@@ -122,7 +128,7 @@ def render_md(records: list[Record]) -> str:
         out.append("| " + " | ".join(c.title for c in t.columns) + " |")
         out.append("|" + "|".join("---:" for _ in t.columns) + "|")
         for row in t.rows:
-            out.append("| " + " | ".join(cell(c, v) for c, v in zip(t.columns, row)) + " |")
+            out.append("| " + " | ".join(cell(c, v) for c, v in zip(t.columns, row, strict=True)) + " |")
         out.append("")
     return "\n".join(out)
 

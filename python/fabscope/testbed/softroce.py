@@ -29,6 +29,7 @@ import fcntl
 import hashlib
 import json
 import logging
+import lzma
 import os
 import re
 import secrets
@@ -106,8 +107,8 @@ PRUNED_PATHS: tuple[str, ...] = (
 GUEST_DIR = Path(__file__).resolve().parent / "softroce_guest"
 BAKED_FILES: tuple[str, ...] = ("fabscope-init", "initramfs-hook", "initramfs.conf", "dpkg-excludes")
 # Bump when build() changes in a way the lists above do not show.
-RECIPE_VERSION = "1"
-SIW_RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
+SIW_RECIPE_VERSION = "2"
 
 # --------------------------------------------------------------------------
 # Run-time settings.
@@ -182,7 +183,7 @@ def _need_tool(name: str, why: str) -> str:
     return found
 
 
-def debian_mirror() -> str:
+def debian_mirror(apt: Path = Path("/etc/apt")) -> str:
     """The Debian mirror the host's apt uses (FABSCOPE_DEBIAN_MIRROR overrides).
 
     Reads /etc/apt/sources.list (one-line format) and sources.list.d/*.sources
@@ -191,7 +192,6 @@ def debian_mirror() -> str:
     env = os.environ.get("FABSCOPE_DEBIAN_MIRROR")
     if env:
         return env.rstrip("/")
-    apt = Path("/etc/apt")
     candidates: list[str] = []
     one_line: list[Path] = [apt / "sources.list", *sorted((apt / "sources.list.d").glob("*.list"))]
     for path in one_line:
@@ -247,6 +247,12 @@ class Image:
     @property
     def kernel(self) -> Path:
         return self.path / "vmlinuz"
+
+    @property
+    def pvh_kernel(self) -> Path | None:
+        """The unpacked ELF kernel (boots by PVH, no decompression), if built."""
+        path = self.path / "vmlinux"
+        return path if self.manifest.get("pvh_vmlinux") and path.is_file() else None
 
     @property
     def initrd(self) -> Path:
@@ -371,6 +377,64 @@ def _print_uris(root: Path, packages: Sequence[str], logfile: Path) -> list[dict
         if m:
             debs.append({"uri": m[1], "file": m[2], "size": m[3], "sha256": m[4]})
     return debs
+
+
+def _unmount_below(root: Path) -> None:
+    """Unmount whatever is mounted at or below root, deepest first."""
+    prefix = str(root.resolve())
+    with contextlib.suppress(OSError):
+        mounts = [
+            line.split()[1].replace("\\040", " ")
+            for line in Path("/proc/mounts").read_text().splitlines()
+            if len(line.split()) > 1
+        ]
+        for mnt in sorted((m for m in mounts if m == prefix or m.startswith(prefix + "/")), reverse=True):
+            subprocess.run(["umount", "-l", mnt], check=False, capture_output=True, timeout=60)
+
+
+def _has_pvh_note(elf: bytes) -> bool:
+    """Does this ELF64 kernel carry XEN_ELFNOTE_PHYS32_ENTRY (PVH entry point)?"""
+    if elf[:5] != b"\x7fELF\x02":
+        return False
+    phoff = int.from_bytes(elf[0x20:0x28], "little")
+    phentsize = int.from_bytes(elf[0x36:0x38], "little")
+    phnum = int.from_bytes(elf[0x38:0x3A], "little")
+    for i in range(phnum):
+        ph = elf[phoff + i * phentsize: phoff + (i + 1) * phentsize]
+        if int.from_bytes(ph[0:4], "little") != 4:  # PT_NOTE
+            continue
+        off = int.from_bytes(ph[8:16], "little")
+        end = off + int.from_bytes(ph[32:40], "little")
+        while off + 12 <= end:
+            namesz, descsz, ntype = (int.from_bytes(elf[off + k: off + k + 4], "little") for k in (0, 4, 8))
+            name = elf[off + 12: off + 12 + namesz]
+            if name.rstrip(b"\0") == b"Xen" and ntype == 18:
+                return True
+            off += 12 + (namesz + 3) // 4 * 4 + (descsz + 3) // 4 * 4
+    return False
+
+
+def _extract_pvh_vmlinux(bzimage: Path, dest: Path) -> bool:
+    """Unpack the ELF kernel from the bzImage if it can boot by PVH.
+
+    Under TCG the bzImage's own xz decompressor takes 3-4 s of every boot;
+    qemu loads a PVH-capable ELF directly, so the guest starts at once.
+    """
+    data = bzimage.read_bytes()
+    off = data.find(b"\xfd7zXZ\x00")
+    if off < 0:
+        log.info("kernel payload is not xz; guests boot the bzImage")
+        return False
+    try:
+        elf = lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data[off:])
+    except lzma.LZMAError as exc:
+        log.info("cannot unpack the kernel payload (%s); guests boot the bzImage", exc)
+        return False
+    if not _has_pvh_note(elf):
+        log.info("kernel has no PVH entry note; guests boot the bzImage")
+        return False
+    dest.write_bytes(elf)
+    return True
 
 
 def _dpkg_versions(root: Path) -> dict[str, str]:
@@ -506,7 +570,9 @@ def _build_locked(cache: Path, key: str, final: Path) -> Path:
         (root / "etc/hostname").write_text("softroce\n")
         (root / "etc/fstab").write_text("# root is mounted by the initrd; see fabscope-init\n")
 
+        _unmount_below(root)  # mkfs.ext4 -d must not copy a /proc left mounted by debootstrap
         shutil.copyfile(kernels[0], work / "vmlinuz")
+        pvh = _extract_pvh_vmlinux(kernels[0], work / "vmlinux")
         shutil.copyfile(initrd, work / "initrd.img")
         # mkfs.ext4 -d copies the tree into the image without a loop device.
         # No journal: guests never write the image (snapshot=on).
@@ -524,6 +590,7 @@ def _build_locked(cache: Path, key: str, final: Path) -> Path:
             "mirror": mirror,
             "packages": list(GUEST_PACKAGES),
             "kernel_release": release,
+            "pvh_vmlinux": pvh,
             "versions": {
                 name: versions.get(name, "")
                 for name in (f"linux-image-{release}", "rdma-core", "perftest", "python3", "tshark",
@@ -539,14 +606,21 @@ def _build_locked(cache: Path, key: str, final: Path) -> Path:
             shutil.rmtree(final)
         work.rename(final)
     except BaseException:
-        # Keep the log for the error message's path, drop the big root tree.
+        # Keep the log for the error message's path, drop the big root tree
+        # (after any mount a killed debootstrap left in it: never delete through one).
+        _unmount_below(root)
         shutil.rmtree(root, ignore_errors=True)
         raise
-    # Older recipes' images are dead weight (about 1 GB each).
-    for other in cache.iterdir():
-        if other.is_dir() and re.fullmatch(r"[0-9a-f]{16}", other.name) and other != final:
-            log.info("removing the image of an older recipe: %s", other)
-            shutil.rmtree(other, ignore_errors=True)
+    # Older recipes' images are dead weight (about 1 GB each), but the newest
+    # older one may still be in use by a process that loaded the previous
+    # recipe (a checkout switched mid-run): keep it, drop the rest.
+    others = sorted(
+        (d for d in cache.iterdir() if d.is_dir() and re.fullmatch(r"[0-9a-f]{16}", d.name) and d != final),
+        key=lambda d: d.stat().st_mtime, reverse=True,
+    )
+    for other in others[1:]:
+        log.info("removing the image of an older recipe: %s", other)
+        shutil.rmtree(other, ignore_errors=True)
     log.info("built %s in %.0f s", final, time.monotonic() - started)
     return final
 
@@ -600,7 +674,8 @@ def build_siw(img: Image, force: bool = False) -> Path:
     if ko.is_file() and not force:
         return ko
     for tool, why in (("make", "build siw.ko"), ("gcc", "build siw.ko"), ("dpkg-deb", "unpack the kernel packages"),
-                      ("xz", "unpack linux-source"), ("modinfo", "check siw.ko")):
+                      ("xz", "unpack linux-source"), ("modinfo", "check siw.ko"),
+                      ("strip", "strip siw.ko's debug info")):
         _need_tool(tool, why)
     raw = img.manifest.get("siw_debs")
     debs = [d for d in raw if isinstance(d, dict)] if isinstance(raw, list) else []
@@ -656,6 +731,8 @@ def build_siw(img: Image, force: bool = False) -> Path:
                                       text=True, check=False).stdout.strip()
             if not vermagic.startswith(release + " "):
                 raise SoftRoceError(f"siw.ko vermagic {vermagic!r} does not match the guest kernel {release}")
+            # 5 MB of debug info would only slow insmod down under TCG.
+            _run_logged(["strip", "--strip-debug", str(built)], logfile, "strip --strip-debug siw.ko", 120)
             out_dir.mkdir(exist_ok=True)
             shutil.copyfile(built, ko.with_suffix(".part"))
             ko.with_suffix(".part").rename(ko)
@@ -664,6 +741,9 @@ def build_siw(img: Image, force: bool = False) -> Path:
             log.error("siw build failed; log kept at %s", logfile)
             raise
         shutil.rmtree(work, ignore_errors=True)
+        for old in img.path.glob("siw-*"):
+            if old != out_dir:
+                shutil.rmtree(old, ignore_errors=True)
         log.info("built %s in %.0f s", ko, time.monotonic() - started)
         return ko
 
@@ -704,6 +784,10 @@ class _Guest:
     exit_status: int | None = None
     reader: threading.Thread | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def label(self) -> str:
+        return "the guest" if self.name == "guest" else f"the {self.name} guest"
 
     @property
     def console_log(self) -> Path:
@@ -775,9 +859,14 @@ class _Guest:
         with self.lock:
             lines = list(self.tail)
         text = "\n".join(f"    {line}" for line in lines) or "    (no console output)"
-        qemu = _tail_file(self.qemu_log, 10) if self.qemu_log.exists() else ""
-        if qemu.strip():
-            text += "\n  qemu said:\n" + "\n".join(f"    {line}" for line in qemu.splitlines())
+        qemu = _tail_file(self.qemu_log, 12) if self.qemu_log.exists() else ""
+        said = [
+            line for line in qemu.splitlines()
+            # The argv line is ours; the hub warning is expected (single guest: no peer by design).
+            if line.strip() and not line.startswith("$ ") and "is not connected to host network" not in line
+        ]
+        if said:
+            text += "\n  qemu said:\n" + "\n".join(f"    {line}" for line in said)
         return text
 
     def alive(self) -> bool:
@@ -863,14 +952,16 @@ def _qemu_argv(
         opts = f"local,path={_qemu_opt_path(path)},mount_tag={tag},security_model=none,multidevs=remap"
         return ["-virtfs", opts + (",readonly=on" if readonly else "")]
 
-    # qboot reaches the kernel about 0.5 s sooner than SeaBIOS under TCG; it
-    # ships with Debian's qemu-system-data, SeaBIOS is qemu's default otherwise.
-    bios = ["-bios", str(QBOOT)] if QBOOT.is_file() else []
+    # The PVH ELF kernel skips 3-4 s of in-guest decompression under TCG. For a
+    # bzImage, qboot reaches the kernel about 0.5 s sooner than SeaBIOS (it
+    # ships with Debian's qemu-system-data; SeaBIOS is qemu's default otherwise).
+    kernel = img.pvh_kernel or img.kernel
+    bios = ["-bios", str(QBOOT)] if img.pvh_kernel is None and QBOOT.is_file() else []
     return [
         qemu, "-accel", accel, *bios, "-cpu", "max", "-m", str(GUEST_MEMORY_MB), "-smp", "1",
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
         "-serial", "stdio",
-        "-kernel", str(img.kernel), "-initrd", str(img.initrd), "-append", cmdline,
+        "-kernel", str(kernel), "-initrd", str(img.initrd), "-append", cmdline,
         # snapshot=on: writes go to a throw-away overlay, the cached image stays
         # pristine and two guests can boot it at once.
         "-drive", f"file={_qemu_opt_path(img.rootfs)},format=raw,if=virtio,snapshot=on",
@@ -1004,14 +1095,16 @@ def run(
                 )
         ok = True
         return rc
+    except SoftRoceError as exc:
+        exc.args = (f"{exc}\n  consoles and qemu logs kept in {rundir}",)
+        raise
     finally:
         for g in guests:
             g.kill()
-        if not ok:
-            err_stream.write(f"softroce: consoles and qemu logs kept in {rundir}\n")
-        elif os.environ.get("FABSCOPE_SOFTROCE_KEEP"):
+        # A failed run keeps its directory for the post-mortem (the error names it).
+        if ok and os.environ.get("FABSCOPE_SOFTROCE_KEEP"):
             log.info("consoles and qemu logs kept in %s (FABSCOPE_SOFTROCE_KEEP is set)", rundir)
-        else:
+        elif ok:
             shutil.rmtree(rundir, ignore_errors=True)
 
 
@@ -1048,7 +1141,7 @@ def _wait_client(
             error = guest.error
         if error is not None:
             guest.kill()
-            raise SoftRoceError(f"the {guest.name} guest failed during setup: {error}\n{guest.tail_text()}")
+            raise SoftRoceError(f"{guest.label} failed during setup: {error}\n{guest.tail_text()}")
         rc = guest.rc_from_ctl()
         if not guest.alive():
             assert guest.proc is not None
@@ -1057,7 +1150,7 @@ def _wait_client(
             rc = guest.rc_from_ctl()
             if rc is None:
                 raise SoftRoceError(
-                    f"the {guest.name} guest stopped (qemu exit status {guest.proc.returncode}) "
+                    f"{guest.label} stopped (qemu exit status {guest.proc.returncode}) "
                     f"without reporting the command's exit status; it was {guest.stage}:\n{guest.tail_text()}"
                 )
             _log_timing(guest)
@@ -1066,8 +1159,8 @@ def _wait_client(
             # Reported; give it a moment to power off, then stop it ourselves.
             done_at = done_at or now
             if now - done_at > POWEROFF_GRACE_S:
-                log.warning("%s guest did not power off %.0f s after its command ended; killed it",
-                            guest.name, POWEROFF_GRACE_S)
+                log.warning("%s did not power off %.0f s after its command ended; killed it",
+                            guest.label, POWEROFF_GRACE_S)
                 guest.kill()
                 _log_timing(guest)
                 return rc
@@ -1077,7 +1170,7 @@ def _wait_client(
             if server is not None:
                 server.kill()
             msg = (
-                f"the {guest.name} guest did not finish within the {timeout_s:g} s timeout; killed it "
+                f"{guest.label} did not finish within the {timeout_s:g} s timeout; killed it "
                 f"(it was {stage}). Command: {shlex.join(cmd)}\n  last console lines:\n{guest.tail_text()}"
             )
             if server is not None:
@@ -1098,28 +1191,35 @@ def _log_timing(guest: _Guest) -> None:
 # sysfs capture for the doctor's fixtures.
 
 
+CAPTURE_PERF: tuple[str, ...] = ("ib_write_bw", "-d", "rxe0", "-x", "1", "-F", "-n", "500", "-s", "65536")
+
+
 def capture_sysfs(dest: Path, timeout_s: float = 300.0, cache_dir: Path | None = None) -> Path:
-    """Boot a guest, copy rxe0's and eth0's sysfs files into dest, write NOTE.md."""
+    """Copy rxe0's and eth0's real sysfs files out of a guest into dest, with NOTE.md.
+
+    Two guests: the client copies its counters, moves a known payload to the
+    server with ib_write_bw (so the fixture's counters show real traffic),
+    then copies the whole layout.
+    """
     img = image(cache_dir)
     with tempfile.TemporaryDirectory(prefix="fabscope-sysfs-") as tmp:
         out = Path(tmp)
-        sink = open(os.devnull, "w")  # noqa: SIM115 - closed below
-        try:
+        with open(os.devnull, "w") as sink:
             rc = run(
-                ["/bin/sh", "/fabscope-ctl/capture_sysfs.sh", "/out/capture"],
-                timeout_s=timeout_s, cache_dir=cache_dir, out_dir=out, stdout=sink,
+                ["/bin/sh", "/fabscope-ctl/capture_sysfs.sh", "/out/capture", "peer"],
+                two_guests=True, server_cmd=list(CAPTURE_PERF), timeout_s=timeout_s, cache_dir=cache_dir,
+                out_dir=out, stdout=sink, stderr=sink,
                 extra_files={"capture_sysfs.sh": GUEST_DIR / "capture_sysfs.sh"},
             )
-        finally:
-            sink.close()
         if rc != 0:
             raise SoftRoceError(f"the sysfs capture script exited with {rc}")
-        src = out / "capture"
+        src = out / "client" / "capture"
         dest = dest.resolve()
         if dest.exists():
             shutil.rmtree(dest)
         shutil.copytree(src, dest, symlinks=True)
     info = (dest / "capture-info.txt").read_text() if (dest / "capture-info.txt").exists() else ""
+    kernel_pkg = f"linux-image-{img.kernel_release}"
     note = f"""# rxe sysfs fixture: Soft-RoCE (rdma_rxe) in a qemu guest
 
 Real files, copied (not invented) from a running guest of the fabscope Soft-RoCE
@@ -1127,31 +1227,43 @@ testbed (`testbed/softroce`), for the doctor's and devices.py's tests.
 
 ## Where and how
 
-- Captured by: `python3 -m fabscope.testbed.softroce capture-sysfs {dest.name}`
-  (run from the repo with PYTHONPATH=python; the guest-side script is
-  `python/fabscope/testbed/softroce_guest/capture_sysfs.sh`).
-- Host date (UTC): {time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
-- Guest: Debian {SUITE}, kernel `{img.kernel_release}` (package linux-image-{img.kernel_release}
-  {_manifest_version(img, "linux-image-" + img.kernel_release)}), rdma-core
-  {_manifest_version(img, "rdma-core")}, under `qemu-system-x86_64 -accel tcg` with a
-  virtio-net NIC (MAC 52:54:00:77:00:01, no peer on its hub).
-- Setup in the guest: `modprobe virtio_net`, `ip addr add 192.168.77.1/24 dev eth0`,
-  `ip link set eth0 up`, `modprobe ib_uverbs rdma_ucm rdma_rxe`,
+- Command (host, repo root, as root):
+  `PYTHONPATH=python python3 -m fabscope.testbed.softroce capture-sysfs tests/fixtures/sysfs/rxe-qemu`
+  The guest-side script is `python/fabscope/testbed/softroce_guest/capture_sysfs.sh`.
+- Captured (host clock, UTC): {time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+- Guest: Debian {SUITE}, kernel `{img.kernel_release}` ({kernel_pkg} {_manifest_version(img, kernel_pkg)}),
+  rdma-core {_manifest_version(img, "rdma-core")}, perftest {_manifest_version(img, "perftest")},
+  `qemu-system-x86_64 -accel tcg`, virtio-net NIC, MAC 52:54:00:77:00:02.
+- This is the CLIENT guest of a two-guest run (192.168.77.2/24 on eth0; the server
+  guest 192.168.77.1 is its only peer, over a qemu socket link on the host's 127.0.0.1).
+- Guest setup (testbed init.sh): `modprobe -a virtio_net ib_uverbs rdma_ucm rdma_rxe`,
+  `ip addr add 192.168.77.2/24 dev eth0`, `ip link set eth0 up`,
   `rdma link add rxe0 type rxe netdev eth0`.
+- Traffic: `counters-before/` was copied first; then
+  `{" ".join(CAPTURE_PERF)} 192.168.77.1` (500 x 64 KiB = 32768000 payload
+  bytes, RDMA write, RoCE v2 GID index 1; output in `commands/ib_write_bw.txt`);
+  then everything else. So `hw_counters/*` and `statistics/*` minus
+  `counters-before/` is the cost of that transfer: on rxe the RoCE bytes show in
+  both the RDMA counters and the netdev statistics (unlike mlx5).
 
 ## Layout
 
-`sys/` mirrors `/sys` with symlinks resolved: `sys/class/infiniband/rxe0/` is a copy of
-the regular files of `/sys/devices/virtual/infiniband/rxe0/` (ports/1/gids and
-gid_attrs only for indexes 0-7: reading all 1024 GID files takes minutes under TCG;
-unused entries read as zeros / fail with EINVAL, as on real hardware).
-`sys/class/net/eth0/` holds the netdev files listed below. Files the kernel refused to
-read (EINVAL, EOPNOTSUPP: e.g. `speed` on a virtio NIC without a set speed) are
-absent and listed in `unreadable.txt`. `symlinks.txt` records the real symlinks
-(`readlink -f`). `commands/` holds the output of `ibv_devinfo -v`, `ibv_devices`,
-`rdma link show`, `rdma dev show`, `ip -d addr show eth0`, `uname -a`.
+- `sys/` mirrors `/sys` with symlinks resolved: `sys/class/infiniband/rxe0/` holds the
+  regular files of `/sys/devices/virtual/infiniband/rxe0/` (and ports/1, hw_counters,
+  power). GIDs and gid_attrs were read for indexes 0-7 only (reading all 1024 GID
+  files takes minutes under TCG): index 0 is the fe80 link-local GID, index 1 the
+  IPv4-mapped ::ffff:192.168.77.2, both `RoCE v2` (rxe has no RoCE v1 entries);
+  unused entries read as zeros, their gid_attrs fail with EINVAL.
+- rxe has no `ports/1/counters/` (the IB PMA counters), no `hca_type`, no `board_id`;
+  `fw_ver` is empty. That is the real layout, not an omission.
+- `sys/class/net/eth0/`: mtu, speed (-1 on virtio), operstate, address, statistics/*, etc.
+- `sys/class/infiniband_verbs/`: uverbs0 -> rxe0.
+- `unreadable.txt`: files the kernel refused to read, with the error.
+- `symlinks.txt`: the real symlinks (`readlink` and `readlink -f`).
+- `commands/`: `ibv_devinfo -v`, `ibv_devices`, `rdma link show`, `rdma dev show`,
+  `ip -d addr show eth0`, `uname -a`, `ib_write_bw`.
 
-## Capture details
+## Capture details (from the guest)
 
 ```
 {info.strip()}

@@ -4,8 +4,14 @@
 # regular files are copied under sys/class/..., the links are listed in
 # symlinks.txt. Only GID indexes 0-7 are read: under TCG each of the 1024 GID
 # files costs a noticeable moment, and entries past the used ones are empty.
+#
+# With a second argument PEER (two-guest mode, an ib_write_bw server waiting
+# on PEER), the counters are copied to $1/counters-before/ first, then
+# `ib_write_bw` moves a known payload to PEER, then the full copy is taken:
+# the fixture's counters then show real RoCE traffic on both rxe0 and eth0.
 set -u
 dest=$1
+peer=${2:-}
 ib=/sys/class/infiniband/rxe0
 net=/sys/class/net/eth0
 mkdir -p "$dest/commands"
@@ -26,6 +32,20 @@ copy_dir() {
         [ -f "$f" ] && [ ! -L "$f" ] && [ -r "$f" ] && copy "$f" "$2/${f##*/}"
     done
 }
+
+# counters_to ROOT: just the traffic counters (rxe hw_counters, eth0 statistics).
+counters_to() {
+    copy_dir "$ib/ports/1/hw_counters" "$1/sys/class/infiniband/rxe0/ports/1/hw_counters"
+    copy_dir "$net/statistics" "$1/sys/class/net/eth0/statistics"
+}
+
+if [ -n "$peer" ]; then
+    counters_to "$dest/counters-before"
+    # Known payload: 500 RDMA writes of 64 KiB = 32768000 bytes, GID index 1 (RoCE v2, IPv4).
+    echo "\$ ib_write_bw -d rxe0 -x 1 -F -n 500 -s 65536 $peer" > "$dest/commands/ib_write_bw.txt"
+    ib_write_bw -d rxe0 -x 1 -F -n 500 -s 65536 "$peer" >> "$dest/commands/ib_write_bw.txt" 2>&1 \
+        || { cat "$dest/commands/ib_write_bw.txt"; exit 1; }
+fi
 
 ibd="$dest/sys/class/infiniband/rxe0"
 copy_dir "$ib" "$ibd"

@@ -1,0 +1,699 @@
+#!/usr/bin/env python3
+"""fabscope's TCP backend against sockperf, qperf and iperf3 on loopback: alternated, medians, ratios.
+
+    python3 bench/tcp_peers.py [--repeats 3] [--duration 3] [--json out.json]
+
+Each repeat runs, back to back and always in this order: fabscope (lat busy, bw, lat block),
+sockperf ping-pong, qperf (tcp_lat then tcp_bw), iperf3. Alternating tools inside every repeat
+spreads the load of this shared machine over all of them instead of giving one tool the quiet
+minute; the medians over repeats are compared.
+
+Same conditions for everybody:
+- servers on CPU 0 and clients on CPU 1 (`taskset`), as `fabscope run --loopback` pins its two
+  engines;
+- /dev/cpu_dma_latency held at 0 during every measurement: by this script around each peer run,
+  by fabscope itself with --hold-cpu-latency (both verified: the script reads the PM QoS value
+  back, fabscope echoes `cpu_dma_latency_held` in its result). Without it, a VM idling with
+  haltpoll pays ~40 us of wake-up per blocking receive and the comparison measures the idle
+  driver, not the tool;
+- busy polling where the peer has it: sockperf --nonblocked (spins on recvfrom); qperf and iperf3
+  only have blocking sockets, so fabscope bw uses its default (block) and an extra fabscope lat
+  run with --poll block is the like-for-like row for qperf.
+
+Goals (issue 2, section 8): fabscope TCP 8-byte latency p50 <= the best peer's (ratio <= 1.0), and
+fabscope 1 MiB bandwidth >= qperf tcp_bw (ratio >= 1.0). PASS/MISS is printed; the exit status is
+0 either way because a benchmark on a shared machine is evidence, not a test. Exit 2 is only for
+a setup problem (a tool missing, cpu_dma_latency not writable).
+
+Only 127.0.0.1 is used. Every client has a timeout and every server is killed (its whole process
+group) when its measurement ends, on error and on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+REPO = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"
+SERVER_CPU = 0  # fabscope --loopback puts the server engine here ...
+CLIENT_CPU = 1  # ... and the initiator here
+LAT_SIZE = 8
+SOCKPERF_MIN_SIZE = 14  # sockperf refuses smaller messages: its header is 14 bytes
+BW_SIZE = 1 << 20
+GOAL_LAT = 1.0  # fabscope p50 / best peer, at most
+GOAL_BW = 1.0  # fabscope / qperf tcp_bw, at least
+DMA_LATENCY = "/dev/cpu_dma_latency"
+
+# Metric keys: (tool, metric). Latency in microseconds (one-way = half round trip for all four
+# tools), bandwidth in MB/s with MB = 10^6 bytes (qperf and fabscope print decimal units;
+# iperf3's bits/s is converted).
+FAB_LAT = ("fabscope", "lat_p50_us")
+FAB_LAT_MEAN = ("fabscope", "lat_mean_us")
+FAB_LAT_BLOCK = ("fabscope --poll block", "lat_p50_us")
+FAB_BW = ("fabscope", "bw_MBps")
+SOCKPERF_LAT = ("sockperf", "lat_p50_us")
+QPERF_LAT = ("qperf tcp_lat", "lat_mean_us")
+QPERF_BW = ("qperf tcp_bw", "bw_MBps")
+IPERF_BW = ("iperf3", "bw_MBps")
+
+
+class BenchError(Exception):
+    """A measurement that produced no figure; the message says what was run and what it printed."""
+
+
+class SetupError(Exception):
+    """Something missing before any measurement can be fair (tool, permission)."""
+
+
+@dataclass
+class Measurement:
+    tool: str
+    repeat: int
+    command: str
+    seconds: float
+    values: dict[str, float] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Machine state
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def machine_state() -> dict[str, Any]:
+    model = ""
+    for line in _read("/proc/cpuinfo").splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    gov = _read("/sys/devices/system/cpu/cpuidle/current_governor") or _read(
+        "/sys/devices/system/cpu/cpuidle/current_governor_ro"
+    )
+    states = []
+    for d in sorted(Path("/sys/devices/system/cpu/cpu0/cpuidle").glob("state*")):
+        states.append(f"{_read(str(d / 'name'))} ({_read(str(d / 'latency'))} us)")
+    return {
+        "cpu_model": model,
+        "cpus": os.cpu_count(),
+        "kernel": platform.release(),
+        "cpuidle_driver": _read("/sys/devices/system/cpu/cpuidle/current_driver"),
+        "cpuidle_governor": gov,
+        "cpuidle_states_cpu0": states,
+        "net_core_busy_read": _read("/proc/sys/net/core/busy_read"),
+        "net_core_busy_poll": _read("/proc/sys/net/core/busy_poll"),
+        "loadavg": _read("/proc/loadavg"),
+    }
+
+
+def qos_value() -> int | None:
+    """The current PM QoS CPU latency target in us (2000000000 = no request)."""
+    try:
+        with open(DMA_LATENCY, "rb") as f:
+            raw = f.read(4)
+        return int(struct.unpack("i", raw)[0]) if len(raw) == 4 else None
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def hold_cpu_latency(enabled: bool) -> Iterator[bool]:
+    """Keep /dev/cpu_dma_latency at 0 for the duration (the request lasts while the fd is open)."""
+    if not enabled:
+        yield False
+        return
+    fd = os.open(DMA_LATENCY, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, struct.pack("i", 0))
+        yield qos_value() == 0
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------------------------
+# Processes
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    """Whether some socket listens on the port (read from /proc: probing with connect() would
+    count as a client for servers that serve one connection, like iperf3 -1)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in _read(table).splitlines()[1:]:
+            cols = line.split()
+            if len(cols) > 3 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                return True
+    return False
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """Ends the process and whatever it started (fabscope's engines): it runs in its own group."""
+    if proc.poll() is not None:
+        return
+    for sig, grace in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_client(argv: Sequence[str], timeout: float) -> tuple[int, str, str, float]:
+    """Runs one client to completion or kills it (and its children) at the deadline."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, err = proc.communicate()
+        raise BenchError(f"timed out after {timeout:.0f} s: {shlex.join(argv)}\n{tail(out)}\n{tail(err)}") from None
+    finally:
+        _kill_group(proc)
+    return proc.returncode, out, err, time.monotonic() - t0
+
+
+@contextlib.contextmanager
+def server(argv: Sequence[str], port: int, ready_timeout: float = 5.0) -> Iterator[None]:
+    """A peer's server, pinned to SERVER_CPU, killed on exit whatever happens."""
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(
+            ["taskset", "-c", str(SERVER_CPU), *argv],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + ready_timeout
+            while not listening(port):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise BenchError(
+                        f"server not listening on {HOST}:{port} after {ready_timeout:.0f} s "
+                        f"(exit {proc.poll()}): {shlex.join(argv)}\n{tail(log.read())}"
+                    )
+                time.sleep(0.02)
+            yield
+        finally:
+            _kill_group(proc)
+
+
+def tail(text: str, lines: int = 8) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def client_argv(argv: Sequence[str]) -> list[str]:
+    return ["taskset", "-c", str(CLIENT_CPU), *argv]
+
+
+# --------------------------------------------------------------------------------------------
+# Parsers (checked against sockperf 3.7, qperf 0.4.11, iperf 3.12 and fabscope 0.1.0 output)
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def parse_fabscope(stdout: str, size: int) -> dict[str, Any]:
+    for line in stdout.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and rec.get("schema") == "fabscope.result/1" and rec.get("size") == size:
+            if rec.get("status", "ok") != "ok":
+                raise BenchError(f"fabscope result status {rec.get('status')!r}")
+            return rec
+    raise BenchError(f"no fabscope.result/1 record for size {size} in:\n{tail(stdout)}")
+
+
+def parse_sockperf(text: str) -> dict[str, float]:
+    """sockperf prints percentiles of one-way latency (half round trip) in usec."""
+    text = ANSI.sub("", text)
+    if "ERROR" in text:
+        raise BenchError("sockperf reported an error:\n" + tail(text))
+    pats = {
+        "lat_p50_us": r"percentile\s+50\.000\s*=\s*([0-9.]+)",
+        "lat_p99_us": r"percentile\s+99\.000\s*=\s*([0-9.]+)",
+        "lat_min_us": r"<MIN>\s+observation\s*=\s*([0-9.]+)",
+        "lat_mean_us": r"avg-latency\s*=\s*([0-9.]+)",
+        "observations": r"Total\s+(\d+)\s+observations",
+    }
+    out: dict[str, float] = {}
+    for key, pat in pats.items():
+        m = re.search(pat, text)
+        if m:
+            out[key] = float(m.group(1))
+    if "lat_p50_us" not in out or not re.search(r"Latency is [0-9.]+ usec", text):
+        raise BenchError("no 'percentile 50.000' / 'Latency is ... usec' in sockperf output:\n" + tail(text))
+    return out
+
+
+_QPERF_TIME = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "sec": 1e6}
+_QPERF_RATE = {"bytes/sec": 1e-6, "KB/sec": 1e-3, "MB/sec": 1.0, "GB/sec": 1e3, "TB/sec": 1e6}
+
+
+def parse_qperf(text: str) -> dict[str, float]:
+    """qperf prints one block per test: 'tcp_lat:' then indented 'name = value unit' lines.
+    latency is the MEAN one-way time (run time / messages / 2); bw counts bytes at the receiver.
+    Units vary with the magnitude (ns/us/ms, KB/MB/GB per sec, decimal)."""
+    out: dict[str, float] = {}
+    test = ""
+    for line in text.splitlines():
+        head = re.match(r"^(\w+):\s*$", line)
+        if head:
+            test = head.group(1)
+            continue
+        m = re.match(r"^\s+(\w+)\s*=\s*([0-9.,]+)\s*(\S+)", line)
+        if not m or not test:
+            continue
+        name, val, unit = m.group(1), float(m.group(2).replace(",", "")), m.group(3)
+        if test == "tcp_lat" and name == "latency":
+            if unit not in _QPERF_TIME:
+                raise BenchError(f"qperf tcp_lat: unknown unit {unit!r} in {line.strip()!r}")
+            out["lat_mean_us"] = val * _QPERF_TIME[unit]
+        elif test == "tcp_bw" and name == "bw":
+            if unit not in _QPERF_RATE:
+                raise BenchError(f"qperf tcp_bw: unknown unit {unit!r} in {line.strip()!r}")
+            out["bw_MBps"] = val * _QPERF_RATE[unit]
+    return out
+
+
+def parse_iperf3(stdout: str) -> dict[str, float]:
+    try:
+        doc = json.loads(stdout)
+    except json.JSONDecodeError as e:
+        raise BenchError(f"iperf3 -J printed no JSON ({e}):\n{tail(stdout)}") from None
+    if not isinstance(doc, dict):
+        raise BenchError("iperf3 -J: not a JSON object")
+    if doc.get("error"):
+        raise BenchError(f"iperf3: {doc['error']}")
+    end = doc.get("end") or {}
+    rx, tx = end.get("sum_received") or {}, end.get("sum_sent") or {}
+    if "bits_per_second" not in rx:
+        raise BenchError("iperf3 -J: no end.sum_received.bits_per_second")
+    return {
+        "bw_MBps": float(rx["bits_per_second"]) / 8e6,
+        "sender_bw_MBps": float(tx.get("bits_per_second", 0.0)) / 8e6,
+        "seconds": float(rx.get("seconds", 0.0)),
+        "retransmits": float(tx.get("retransmits", 0)),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# One measurement per tool
+
+
+@dataclass
+class Config:
+    fabscope: str
+    duration: float
+    hold: bool
+    timeout_margin: float = 20.0
+
+
+Figures = tuple[dict[str, float], dict[str, Any], float]
+
+
+def measure(tool: str, repeat: int, argv: Sequence[str], fn: Callable[[], Figures]) -> Measurement:
+    """Runs fn() -> (values, details, seconds) and turns any failure into an error entry."""
+    m = Measurement(tool=tool, repeat=repeat, command=shlex.join(argv), seconds=0.0)
+    try:
+        m.values, m.details, m.seconds = fn()
+    except BenchError as e:
+        m.error = str(e)
+    return m
+
+
+def run_fabscope(cfg: Config, repeat: int, pattern: str, size: int, poll: str, tool: str) -> Measurement:
+    argv = [
+        cfg.fabscope,
+        "run",
+        "--loopback",
+        "--format",
+        "json",
+        "--pattern",
+        pattern,
+        "--sizes",
+        str(size),
+        "--duration",
+        str(cfg.duration),
+        "--poll",
+        poll,
+    ]
+    if cfg.hold:
+        argv.append("--hold-cpu-latency")
+
+    def go() -> Figures:
+        rc, out, err, secs = run_client(argv, cfg.duration + cfg.timeout_margin)
+        if rc != 0:
+            raise BenchError(f"exit {rc}: {tail(err)}")
+        rec = parse_fabscope(out, size)
+        host, peer = rec.get("host") or {}, rec.get("peer_host") or {}
+        details = {
+            "iterations": rec.get("iterations"),
+            "poll": (rec.get("transport") or {}).get("poll"),
+            "cpus": [host.get("cpu"), peer.get("cpu")],
+            "cpu_dma_latency_held": [host.get("cpu_dma_latency_held"), peer.get("cpu_dma_latency_held")],
+            "cpuidle_driver": host.get("cpuidle_driver"),
+            "cpuidle_governor": host.get("cpuidle_governor"),
+            "warnings": rec.get("warnings"),
+        }
+        values: dict[str, float] = {}
+        if pattern == "lat":
+            lat = rec.get("latency_us") or {}
+            for k in ("p50", "mean", "min", "p99"):
+                if isinstance(lat.get(k), int | float):
+                    values[f"lat_{k}_us"] = float(lat[k])
+            if "lat_p50_us" not in values:
+                raise BenchError("fabscope lat record without latency_us.p50")
+        else:
+            if not isinstance(rec.get("bandwidth_MBps"), int | float):
+                raise BenchError("fabscope bw record without bandwidth_MBps")
+            values["bw_MBps"] = float(rec["bandwidth_MBps"])
+            if isinstance(rec.get("sender_bandwidth_MBps"), int | float):
+                values["sender_bw_MBps"] = float(rec["sender_bandwidth_MBps"])
+            details["measured_at"] = rec.get("bandwidth_measured_at")
+        return values, details, secs
+
+    return measure(tool, repeat, argv, go)
+
+
+def run_sockperf(cfg: Config, repeat: int) -> Measurement:
+    port = free_port()
+    # --nonblocked on both sides: recvfrom() on a non-blocking socket in a loop, i.e. busy
+    # polling, like fabscope's lat default. -m 14 is sockperf's smallest message.
+    srv = ["sockperf", "server", "-i", HOST, "-p", str(port), "--tcp", "--nonblocked"]
+    cli = [
+        "sockperf",
+        "ping-pong",
+        "-i",
+        HOST,
+        "-p",
+        str(port),
+        "--tcp",
+        "--nonblocked",
+        "-m",
+        str(SOCKPERF_MIN_SIZE),
+        "-t",
+        str(max(1, round(cfg.duration))),
+    ]
+
+    def go() -> Figures:
+        with server(srv, port), hold_cpu_latency(cfg.hold) as held:
+            rc, out, err, secs = run_client(client_argv(cli), cfg.duration + cfg.timeout_margin)
+        if rc != 0:
+            raise BenchError(f"sockperf exit {rc}: {tail(out + err)}")
+        return parse_sockperf(out + err), {"cpu_dma_latency_held": held, "size": SOCKPERF_MIN_SIZE}, secs
+
+    return measure("sockperf", repeat, cli, go)
+
+
+def run_qperf(cfg: Config, repeat: int) -> Measurement:
+    port = free_port()
+    # qperf's server has no bind-address option: it listens on every address for the run, but
+    # the client only ever connects to 127.0.0.1. It has no busy-poll mode for sockets (-cp is
+    # for RDMA completion queues only).
+    srv = ["qperf", "-lp", str(port)]
+    secs_each = str(max(1, round(cfg.duration)))
+    cli = ["qperf", HOST, "-lp", str(port), "-t", secs_each, "-m", str(LAT_SIZE), "tcp_lat", "-m", str(BW_SIZE), "tcp_bw"]
+
+    def go() -> Figures:
+        with server(srv, port), hold_cpu_latency(cfg.hold) as held:
+            rc, out, err, secs = run_client(client_argv(cli), 2 * cfg.duration + cfg.timeout_margin)
+        if rc != 0:
+            raise BenchError(f"qperf exit {rc}: {tail(out + err)}")
+        values = parse_qperf(out)
+        if set(values) != {"lat_mean_us", "bw_MBps"}:
+            raise BenchError(f"qperf: missing tcp_lat latency or tcp_bw bw in:\n{tail(out + err, 12)}")
+        return values, {"cpu_dma_latency_held": held}, secs
+
+    return measure("qperf", repeat, cli, go)
+
+
+def run_iperf3(cfg: Config, repeat: int) -> Measurement:
+    port = free_port()
+    srv = ["iperf3", "-s", "-1", "-B", HOST, "-p", str(port)]
+    cli = ["iperf3", "-c", HOST, "-p", str(port), "-l", str(BW_SIZE), "-t", str(max(1, round(cfg.duration))), "-J"]
+
+    def go() -> Figures:
+        with server(srv, port), hold_cpu_latency(cfg.hold) as held:
+            rc, out, err, secs = run_client(client_argv(cli), cfg.duration + cfg.timeout_margin)
+        values = parse_iperf3(out)  # -J reports errors in the JSON, with a non-zero exit
+        if rc != 0:
+            raise BenchError(f"iperf3 exit {rc}: {tail(err)}")
+        details: dict[str, Any] = {"cpu_dma_latency_held": held, "retransmits": values.pop("retransmits")}
+        details["window_s"] = values.pop("seconds")
+        return values, details, secs
+
+    return measure("iperf3", repeat, cli, go)
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+
+
+def collect(ms: list[Measurement]) -> dict[tuple[str, str], list[float]]:
+    series: dict[tuple[str, str], list[float]] = {}
+
+    def add(key: tuple[str, str], m: Measurement, metric: str) -> None:
+        if m.error is None and metric in m.values:
+            series.setdefault(key, []).append(m.values[metric])
+
+    for m in ms:
+        if m.tool == "fabscope lat":
+            add(FAB_LAT, m, "lat_p50_us")
+            add(FAB_LAT_MEAN, m, "lat_mean_us")
+        elif m.tool == "fabscope lat block":
+            add(FAB_LAT_BLOCK, m, "lat_p50_us")
+        elif m.tool == "fabscope bw":
+            add(FAB_BW, m, "bw_MBps")
+        elif m.tool == "sockperf":
+            add(SOCKPERF_LAT, m, "lat_p50_us")
+        elif m.tool == "qperf":
+            add(QPERF_LAT, m, "lat_mean_us")
+            add(QPERF_BW, m, "bw_MBps")
+        elif m.tool == "iperf3":
+            add(IPERF_BW, m, "bw_MBps")
+    return series
+
+
+def summarize(series: dict[tuple[str, str], list[float]]) -> dict[str, Any]:
+    med = {k: statistics.median(v) for k, v in series.items() if v}
+
+    def ratio(a: tuple[str, str], b: tuple[str, str]) -> float | None:
+        return med[a] / med[b] if a in med and b in med and med[b] > 0 else None
+
+    peers_lat = {k: med[k] for k in (SOCKPERF_LAT, QPERF_LAT) if k in med}
+    best = min(peers_lat, key=lambda k: peers_lat[k]) if peers_lat else None
+    lat_ratio = ratio(FAB_LAT, best) if best else None
+    bw_ratio = ratio(FAB_BW, QPERF_BW)
+    return {
+        "medians": {f"{t} {m}": v for (t, m), v in med.items()},
+        "ratios": {
+            "lat fabscope/sockperf": ratio(FAB_LAT, SOCKPERF_LAT),
+            "lat fabscope/qperf": ratio(FAB_LAT, QPERF_LAT),
+            "lat fabscope(block)/qperf": ratio(FAB_LAT_BLOCK, QPERF_LAT),
+            "bw fabscope/qperf": bw_ratio,
+            "bw fabscope/iperf3": ratio(FAB_BW, IPERF_BW),
+        },
+        "goals": {
+            "lat": {
+                "best_peer": best[0] if best else None,
+                "ratio": lat_ratio,
+                "goal": f"<= {GOAL_LAT}",
+                "verdict": "PASS" if lat_ratio is not None and lat_ratio <= GOAL_LAT else "MISS",
+            },
+            "bw": {
+                "ratio": bw_ratio,
+                "goal": f">= {GOAL_BW}",
+                "verdict": "PASS" if bw_ratio is not None and bw_ratio >= GOAL_BW else "MISS",
+            },
+        },
+    }
+
+
+def fmt(v: float | None, digits: int = 2) -> str:
+    return "n/a" if v is None else f"{v:.{digits}f}"
+
+
+def render(series: dict[tuple[str, str], list[float]], summary: dict[str, Any], out: TextIO) -> None:
+    """Markdown tables: readable in a terminal, pasteable into RESULTS.md."""
+    rows = [
+        ("TCP 8 B latency p50, busy poll (us)", FAB_LAT),
+        ("TCP 8 B latency mean, busy poll (us)", FAB_LAT_MEAN),
+        ("TCP 8 B latency p50, --poll block (us)", FAB_LAT_BLOCK),
+        ("TCP 14 B latency p50, --nonblocked (us)", SOCKPERF_LAT),
+        ("TCP 8 B latency MEAN, blocking (us)", QPERF_LAT),
+        ("TCP 1 MiB bandwidth, receiver, --poll block (MB/s)", FAB_BW),
+        ("TCP 1 MiB bandwidth, receiver (MB/s)", QPERF_BW),
+        ("TCP 1 MiB bandwidth, receiver (MB/s)", IPERF_BW),
+    ]
+    out.write("| tool | measure | per repeat | median |\n|---|---|---|---|\n")
+    for label, key in rows:
+        vals = series.get(key, [])
+        per = " ".join(fmt(v, 1) for v in vals) or "(failed)"
+        med = fmt(statistics.median(vals), 2) if vals else "n/a"
+        out.write(f"| {key[0]} | {label} | {per} | {med} |\n")
+    out.write("\n| ratio of medians | value | goal | verdict |\n|---|---|---|---|\n")
+    r, g = summary["ratios"], summary["goals"]
+    lat_goal = f"<= {GOAL_LAT} vs best peer ({g['lat']['best_peer'] or 'none'})"
+    out.write(f"| lat fabscope p50 / sockperf p50 | {fmt(r['lat fabscope/sockperf'])} | | |\n")
+    out.write(f"| lat fabscope p50 / qperf tcp_lat (mean) | {fmt(r['lat fabscope/qperf'])} | | |\n")
+    out.write(f"| lat fabscope p50 / best peer | {fmt(g['lat']['ratio'])} | {lat_goal} | {g['lat']['verdict']} |\n")
+    out.write(f"| lat fabscope --poll block p50 / qperf tcp_lat (info) | {fmt(r['lat fabscope(block)/qperf'])} | | |\n")
+    out.write(f"| bw fabscope / qperf tcp_bw | {fmt(r['bw fabscope/qperf'])} | >= {GOAL_BW} | {g['bw']['verdict']} |\n")
+    out.write(f"| bw fabscope / iperf3 (info) | {fmt(r['bw fabscope/iperf3'])} | | |\n")
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def preflight(cfg: Config) -> None:
+    missing = [t for t in ("sockperf", "qperf", "iperf3", "taskset") if shutil.which(t) is None]
+    if not Path(cfg.fabscope).exists() and shutil.which(cfg.fabscope) is None:
+        missing.append(cfg.fabscope)
+    if missing:
+        raise SetupError(
+            f"missing: {', '.join(missing)}. Install the peers with `apt-get install sockperf qperf "
+            "iperf3 util-linux` and fabscope with `make setup`."
+        )
+    if (os.cpu_count() or 1) < 2:
+        raise SetupError("needs 2 CPUs: servers are pinned to CPU 0 and clients to CPU 1")
+    if cfg.hold:
+        try:
+            with hold_cpu_latency(True) as ok:
+                if not ok:
+                    raise SetupError(f"wrote 0 to {DMA_LATENCY} but it reads back {qos_value()}")
+        except OSError as e:
+            raise SetupError(
+                f"cannot hold {DMA_LATENCY} at 0 ({e.strerror}): run as root, or pass "
+                "--no-hold-cpu-latency to compare every tool WITHOUT it (the results then depend "
+                "on the idle driver; see RESULTS.md)"
+            ) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap.add_argument("--repeats", type=int, default=3, help="rounds of all tools (>= 3; default 3)")
+    ap.add_argument("--duration", type=float, default=3.0, help="seconds per measurement (default 3)")
+    ap.add_argument("--fabscope", default=str(REPO / ".venv" / "bin" / "fabscope"), help="fabscope CLI")
+    ap.add_argument("--json", type=Path, help="write every raw figure, command and the machine state here")
+    ap.add_argument(
+        "--no-hold-cpu-latency", dest="hold", action="store_false", help="do not hold /dev/cpu_dma_latency at 0 (for any tool)"
+    )
+    ap.add_argument(
+        "--no-block-lat", dest="block_lat", action="store_false", help="skip the informational fabscope --poll block latency run"
+    )
+    args = ap.parse_args(argv)
+    if args.repeats < 3:
+        ap.error("--repeats must be at least 3: a median of fewer runs on a shared machine means little")
+    if not 1 <= args.duration <= 60:
+        ap.error("--duration must be between 1 and 60 seconds")
+    cfg = Config(fabscope=args.fabscope, duration=args.duration, hold=args.hold)
+    # SIGTERM unwinds like Ctrl-C, so the `finally` blocks kill every server we started.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
+    try:
+        preflight(cfg)
+    except SetupError as e:
+        print(f"tcp_peers: {e}", file=sys.stderr)
+        return 2
+
+    started = datetime.datetime.now(datetime.UTC)
+    before = machine_state()
+    ms: list[Measurement] = []
+    t0 = time.monotonic()
+    # One round: fabscope, sockperf, qperf, iperf3; then the next round starts again with fabscope.
+    steps: list[Callable[[int], Measurement]] = [
+        lambda rep: run_fabscope(cfg, rep, "lat", LAT_SIZE, "busy", "fabscope lat"),
+        lambda rep: run_fabscope(cfg, rep, "bw", BW_SIZE, "block", "fabscope bw"),
+    ]
+    if args.block_lat:
+        steps.append(lambda rep: run_fabscope(cfg, rep, "lat", LAT_SIZE, "block", "fabscope lat block"))
+    steps += [lambda rep: run_sockperf(cfg, rep), lambda rep: run_qperf(cfg, rep), lambda rep: run_iperf3(cfg, rep)]
+    for rep in range(1, args.repeats + 1):
+        for step in steps:
+            m = step(rep)
+            ms.append(m)
+            shown = ", ".join(f"{k}={v:.2f}" for k, v in m.values.items())
+            status = f"ERROR {m.error.splitlines()[0] if m.error else ''}" if m.error else shown
+            print(f"[{rep}/{args.repeats}] {m.tool:<20} {status}", file=sys.stderr, flush=True)
+    elapsed = time.monotonic() - t0
+    after = machine_state()
+
+    series = collect(ms)
+    summary = summarize(series)
+    print(
+        f"\nfabscope vs TCP peers on {HOST}, {args.repeats} repeats x {args.duration:g} s, "
+        f"{started:%Y-%m-%d %H:%M} UTC, {elapsed:.0f} s"
+    )
+    print(
+        f"idle: cpuidle {before['cpuidle_driver']}/{before['cpuidle_governor']}, cpu_dma_latency held at 0: "
+        f"{'yes' if cfg.hold else 'NO'}; CPU {before['cpu_model']} x{before['cpus']}; kernel {before['kernel']}"
+    )
+    print(f"load average before: {before['loadavg']}; after: {after['loadavg']}\n")
+    render(series, summary, sys.stdout)
+    g = summary["goals"]
+    print(f"\nGOAL latency p50 <= best peer: {g['lat']['verdict']}  (ratio {fmt(g['lat']['ratio'])})")
+    print(f"GOAL 1 MiB bandwidth >= qperf tcp_bw: {g['bw']['verdict']}  (ratio {fmt(g['bw']['ratio'])})")
+    failed = [m for m in ms if m.error]
+    for m in failed:
+        print(f"\nfailed: {m.tool} (repeat {m.repeat}): {m.command}\n{m.error}", file=sys.stderr)
+
+    if args.json:
+        doc = {
+            "schema": "fabscope.bench.tcp_peers/1",
+            "started_utc": started.isoformat(timespec="seconds"),
+            "elapsed_s": round(elapsed, 1),
+            "argv": [sys.argv[0], *(sys.argv[1:] if argv is None else argv)],
+            "repeats": args.repeats,
+            "duration_s": args.duration,
+            "cpu_dma_latency_held": cfg.hold,
+            "pinning": {"server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU},
+            "machine_before": before,
+            "machine_after": after,
+            "measurements": [m.__dict__ for m in ms],
+            **summary,
+        }
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,943 @@
+/* libfabric backend: msg (connected) and rdm (reliable datagram) endpoints; send/recv, RMA write
+ * and read, and 64-bit fetch-add / compare-swap where the provider has them.
+ *
+ * The provider, domain and endpoint type the user names are checked against what fi_getinfo
+ * reports on this host: an unknown name is a usage error listing what exists, and a capability
+ * the provider lacks is "unsupported by provider X" (exit 6). Nothing is substituted. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <rdma/fabric.h>
+#include <rdma/fi_atomic.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/backend.h"
+
+#define OFI_API FI_VERSION(1, 17)
+
+static const char *const ep_values[] = {"rdm", "msg", NULL};
+
+struct ofi_opts {
+    char provider[64];
+    char domain[64];
+    char ep[8];
+};
+
+#define O(f) offsetof(struct ofi_opts, f)
+#define S(f) sizeof(((struct ofi_opts *)0)->f)
+static const struct fs_option ofi_options[] = {
+    {"provider", FS_OPT_STR, O(provider), S(provider), 0, 0, NULL, NULL,
+     "libfabric provider (tcp, shm, udp, sockets, net, verbs, or a layered name such as "
+     "tcp;ofi_rxm); checked against fi_getinfo; empty = the first provider that can do the op",
+     0},
+    {"domain", FS_OPT_STR, O(domain), S(domain), 0, 0, NULL, NULL,
+     "libfabric domain on this host (e.g. lo, eth0, mlx5_0); --device means the same; empty = "
+     "the domain of the control connection's address",
+     FS_OPTF_LOCAL},
+    {"ofi-ep", FS_OPT_ENUM, O(ep), S(ep), 0, 0, "rdm", ep_values,
+     "endpoint type: rdm (reliable datagram) or msg (connected)", 0},
+    {0},
+};
+#undef O
+#undef S
+
+#define OFI_MAX_RX 512
+
+struct ofi {
+    struct ofi_opts o;
+    int is_server;
+    int block;
+    int cq_waitable;
+    int mem_polling;
+    enum fs_op op;
+    enum fs_pattern pat;
+    enum fi_ep_type ep_type;
+    char domain_req[64];
+    char ctl_local[64];
+    double timeout_s;
+    long tx_depth;
+
+    struct fi_info *info;   /* what we opened the fabric/domain with */
+    struct fi_info *conn;   /* msg: the connection request (server) or dest-addressed info */
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_eq *eq;
+    struct fid_pep *pep;
+    struct fid_ep *ep;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    struct fid_mr *smr, *rmr;
+    fi_addr_t peer;
+    int connected;
+    /* msg client: the provider needs its event queue progressed for the connection request to
+     * go out, while the core waits on the control channel for the server's accept; a helper
+     * thread reads the EQ until FI_CONNECTED (or the deadline) and is joined in prepare. */
+    pthread_t cm_thread;
+    int cm_thread_running;
+    int cm_deadline_ms;
+    struct fs_err cm_err;
+    int cm_rc;
+    uint8_t cached_name[512];
+    size_t cached_name_len;
+
+    uint8_t *sbuf, *rbuf;
+    uint64_t bufsize, size;
+    uint64_t peer_raddr, peer_key;
+
+    struct fi_context2 *txctx, *rxctx;
+    uint64_t ntx, tx_seq_ctx, tx_outstanding, tx_completed, rx_completed;
+    long nrx, rx_posted;
+    uint8_t tx_seq, rx_expect;
+};
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static int fi_failc(struct fs_err *err, int code, const char *what, long rc)
+{
+    return fs_fail(err, code, "ofi: %s: %s (%ld)", what, fi_strerror((int)-rc), rc);
+}
+
+static void hex_encode(const void *p, size_t n, char *out)
+{
+    static const char d[] = "0123456789abcdef";
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = d[b[i] >> 4];
+        out[2 * i + 1] = d[b[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static void *hex_decode(const char *s, size_t *n)
+{
+    size_t len = strlen(s);
+    if (len % 2)
+        return NULL;
+    uint8_t *b = malloc(len / 2 + 1);
+    for (size_t i = 0; b && i < len / 2; i++) {
+        char pair[3] = {s[2 * i], s[2 * i + 1], 0};
+        if (!isxdigit((unsigned char)pair[0]) || !isxdigit((unsigned char)pair[1])) {
+            free(b);
+            return NULL;
+        }
+        b[i] = (uint8_t)strtoul(pair, NULL, 16);
+    }
+    *n = len / 2;
+    return b;
+}
+
+static const char *ep_name(enum fi_ep_type t)
+{
+    return t == FI_EP_MSG ? "msg" : t == FI_EP_RDM ? "rdm" : t == FI_EP_DGRAM ? "dgram" : "?";
+}
+
+/* "tcp" matches "tcp" and the layered "tcp;ofi_rxm": the core provider is the first component,
+ * and the result names the full stack, so nothing is hidden. */
+static int prov_matches(const char *want, const char *have)
+{
+    if (!want[0] || strcmp(want, have) == 0)
+        return 1;
+    size_t n = strlen(want);
+    return strchr(want, ';') == NULL && strncmp(have, want, n) == 0 && have[n] == ';';
+}
+
+static void append_unique(char *buf, size_t len, const char *item)
+{
+    /* comma-separated set; items are short names */
+    char probe[160];
+    snprintf(probe, sizeof probe, "%s", item);
+    const char *p = buf;
+    size_t il = strlen(probe);
+    while ((p = strstr(p, probe))) {
+        if ((p == buf || p[-2] == ',') && (p[il] == ',' || p[il] == '\0'))
+            return;
+        p += il;
+    }
+    size_t used = strlen(buf);
+    snprintf(buf + used, len - used, "%s%s", used ? ", " : "", probe);
+}
+
+static const char *domain_wanted(const struct ofi_opts *o, const char *device, struct fs_err *err)
+{
+    if (o->domain[0] && device[0] && strcmp(o->domain, device) != 0) {
+        fs_fail(err, FS_EXIT_USAGE,
+                "--domain %s and --device %s disagree: for the ofi backend both name the "
+                "libfabric domain; give one",
+                o->domain, device);
+        return NULL;
+    }
+    return o->domain[0] ? o->domain : device;
+}
+
+/* Names only: provider and domain exist on this host (any endpoint type, any caps). */
+static int check_names(const struct ofi_opts *o, const char *domain, struct fs_err *err)
+{
+    if (!o->provider[0] && !domain[0])
+        return 0;
+    struct fi_info *all = NULL;
+    int rc = fi_getinfo(OFI_API, NULL, NULL, 0, NULL, &all);
+    if (rc)
+        return fi_failc(err, FS_EXIT_MEASURE, "fi_getinfo (listing providers)", rc);
+    char provs[1024] = "", doms[1024] = "";
+    int prov_found = 0, dom_found = 0;
+    for (struct fi_info *i = all; i; i = i->next) {
+        const char *pn = i->fabric_attr->prov_name;
+        append_unique(provs, sizeof provs, pn);
+        if (!prov_matches(o->provider, pn))
+            continue;
+        prov_found = 1;
+        append_unique(doms, sizeof doms, i->domain_attr->name);
+        if (!domain[0] || strcmp(domain, i->domain_attr->name) == 0)
+            dom_found = 1;
+    }
+    fi_freeinfo(all);
+    if (!prov_found)
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "--provider %s: libfabric has no such provider on this host; providers "
+                       "here: %s (`fi_info -l` lists them)",
+                       o->provider, provs);
+    if (!dom_found)
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "--domain %s: provider %s has no such domain on this host; its domains: "
+                       "%s (`fi_info%s%s` lists them)",
+                       domain, o->provider[0] ? o->provider : "(any)", doms,
+                       o->provider[0] ? " -p " : "", o->provider);
+    return 0;
+}
+
+static int ofi_check(const struct fs_spec *spec, const void *opts, struct fs_err *err)
+{
+    const struct ofi_opts *o = opts;
+    int op = fs_op_by_name(spec->op);
+    if (strcmp(spec->pattern, "bibw") == 0 && op >= 0 && fs_ops[op].bw_role == FS_ROLE_PASSIVE)
+        /* Both sides initiate, and the core stops progressing a side that is done while a
+         * manual-progress provider (tcp, shm, sockets) still needs the target to progress. */
+        return fs_fail(err, FS_EXIT_UNSUPPORTED,
+                       "ofi: --pattern bibw with --op %s is not supported: manual-progress "
+                       "providers need each target to progress until its peer is done, which "
+                       "the bibw loop does not do; use --pattern bw",
+                       spec->op);
+    const char *domain = domain_wanted(o, spec->device, err);
+    return domain ? check_names(o, domain, err) : -1;
+}
+
+/* ---- setup -------------------------------------------------------------------------------- */
+
+static uint64_t caps_for(enum fs_op op)
+{
+    switch (op) {
+    case FS_OP_SEND:
+        return FI_MSG;
+    case FS_OP_WRITE:
+    case FS_OP_READ:
+        return FI_RMA;
+    default:
+        return FI_ATOMIC;
+    }
+}
+
+static struct fi_info *make_hints(const struct ofi *f, const char *domain)
+{
+    struct fi_info *h = fi_allocinfo();
+    if (!h)
+        return NULL;
+    h->ep_attr->type = f->ep_type;
+    /* FI_MSG always: the msg endpoint's connection and every provider's basics need it. */
+    h->caps = caps_for(f->op) | FI_MSG;
+    h->mode = FI_CONTEXT | FI_CONTEXT2;
+    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+    h->domain_attr->threading = FI_THREAD_DOMAIN;
+    h->addr_format = FI_FORMAT_UNSPEC;
+    if (f->o.provider[0] && strchr(f->o.provider, ';'))
+        h->fabric_attr->prov_name = strdup(f->o.provider);
+    if (domain[0])
+        h->domain_attr->name = strdup(domain);
+    return h;
+}
+
+static int sockaddr_format(uint32_t fmt)
+{
+    return fmt == FI_SOCKADDR_IN || fmt == FI_SOCKADDR_IN6 || fmt == FI_SOCKADDR;
+}
+
+/* First result that is the asked provider (core name or exact stack). */
+static struct fi_info *pick(struct fi_info *list, const char *prov)
+{
+    for (struct fi_info *i = list; i; i = i->next)
+        if (prov_matches(prov, i->fabric_attr->prov_name))
+            return i;
+    return NULL;
+}
+
+/* Says exactly what the provider lacks: endpoint type, or the capability for the op. */
+static int explain_unsupported(struct ofi *f, const char *domain, struct fs_err *err)
+{
+    struct fi_info *all = NULL;
+    char types[128] = "", provs[512] = "";
+    int prov_has_type = 0;
+    if (fi_getinfo(OFI_API, NULL, NULL, 0, NULL, &all) == 0) {
+        for (struct fi_info *i = all; i; i = i->next) {
+            if (domain[0] && strcmp(domain, i->domain_attr->name) != 0)
+                continue;
+            if (prov_matches(f->o.provider, i->fabric_attr->prov_name)) {
+                append_unique(types, sizeof types, ep_name(i->ep_attr->type));
+                prov_has_type |= i->ep_attr->type == f->ep_type;
+            }
+            if (i->ep_attr->type == f->ep_type && (i->caps & caps_for(f->op)) == caps_for(f->op))
+                append_unique(provs, sizeof provs, i->fabric_attr->prov_name);
+        }
+        fi_freeinfo(all);
+    }
+    const char *p = f->o.provider[0] ? f->o.provider : "(any)";
+    if (!prov_has_type)
+        return fs_fail(err, FS_EXIT_UNSUPPORTED,
+                       "unsupported by provider %s: endpoint type %s (it offers: %s); try "
+                       "--ofi-ep %s",
+                       p, ep_name(f->ep_type), types[0] ? types : "none",
+                       f->ep_type == FI_EP_MSG ? "rdm" : "msg");
+    return fs_fail(err, FS_EXIT_UNSUPPORTED,
+                   "unsupported by provider %s: op %s (%s) on a %s endpoint with fabscope's "
+                   "memory-registration modes; providers that can: %s",
+                   p, fs_ops[f->op].name,
+                   f->op == FS_OP_SEND   ? "FI_MSG"
+                   : f->op == FS_OP_WRITE || f->op == FS_OP_READ ? "FI_RMA"
+                                                                  : "FI_ATOMIC",
+                   ep_name(f->ep_type), provs[0] ? provs : "none here");
+}
+
+static int getinfo(struct ofi *f, const char *domain, struct fs_err *err)
+{
+    struct fi_info *h = make_hints(f, domain);
+    if (!h)
+        return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
+    struct fi_info *list = NULL;
+    int rc = fi_getinfo(OFI_API, NULL, NULL, 0, h, &list);
+    struct fi_info *chosen = rc ? NULL : pick(list, f->o.provider);
+    if (chosen && !domain[0] && sockaddr_format(chosen->addr_format) && f->ctl_local[0]) {
+        /* Follow the control connection's address, as the tcp backend does, instead of
+         * whatever interface the provider lists first. */
+        struct fi_info *bound = NULL;
+        if (fi_getinfo(OFI_API, f->ctl_local, NULL, FI_SOURCE, h, &bound) == 0) {
+            struct fi_info *b = pick(bound, f->o.provider);
+            if (b) {
+                fi_freeinfo(list);
+                list = bound;
+                chosen = b;
+            } else {
+                fi_freeinfo(bound);
+            }
+        }
+    }
+    fi_freeinfo(h);
+    if (!chosen) {
+        fi_freeinfo(list);
+        return explain_unsupported(f, domain, err);
+    }
+    f->info = fi_dupinfo(chosen);
+    fi_freeinfo(list);
+    return f->info ? 0 : fs_fail(err, FS_EXIT_MEASURE, "out of memory");
+}
+
+static int reg(struct ofi *f, void *buf, struct fid_mr **mr, uint64_t key, struct fs_err *err)
+{
+    int rc = fi_mr_reg(f->domain, buf, f->bufsize,
+                       FI_SEND | FI_RECV | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0,
+                       key, 0, mr, NULL);
+    if (rc)
+        return fs_fail(err, FS_EXIT_MEASURE,
+                       "ofi: registering %llu bytes failed: %s; if this is ENOMEM, raise the "
+                       "locked-memory limit (ulimit -l)",
+                       (unsigned long long)f->bufsize, fi_strerror(-rc));
+    return 0;
+}
+
+static int open_cq(struct ofi *f, struct fs_err *err)
+{
+    struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_MSG,
+                            .size = (size_t)(f->ntx + OFI_MAX_RX + 64),
+                            .wait_obj = f->block ? FI_WAIT_UNSPEC : FI_WAIT_NONE};
+    int rc = fi_cq_open(f->domain, &ca, &f->cq, NULL);
+    if (rc && f->block) {
+        /* No wait object in this provider: progress busily and say so in the result. */
+        ca.wait_obj = FI_WAIT_NONE;
+        rc = fi_cq_open(f->domain, &ca, &f->cq, NULL);
+        f->cq_waitable = 0;
+    } else {
+        f->cq_waitable = f->block;
+    }
+    return rc ? fi_failc(err, FS_EXIT_MEASURE, "fi_cq_open", rc) : 0;
+}
+
+static int bind_enable(struct ofi *f, struct fs_err *err)
+{
+    int rc = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV);
+    if (!rc && f->av)
+        rc = fi_ep_bind(f->ep, &f->av->fid, 0);
+    if (!rc && f->eq)
+        rc = fi_ep_bind(f->ep, &f->eq->fid, 0);
+    if (!rc)
+        rc = fi_enable(f->ep);
+    return rc ? fi_failc(err, FS_EXIT_MEASURE, "binding/enabling the endpoint", rc) : 0;
+}
+
+static int ofi_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
+{
+    struct ofi *f = calloc(1, sizeof *f);
+    if (!f)
+        return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
+    *out = f;
+    f->o = *(const struct ofi_opts *)ctx->opts;
+    f->is_server = ctx->is_server;
+    f->block = ctx->block;
+    f->timeout_s = ctx->spec->timeout;
+    f->tx_depth = ctx->spec->tx_depth;
+    int op = fs_op_by_name(ctx->spec->op), pat = fs_pattern_by_name(ctx->spec->pattern);
+    f->op = op < 0 ? FS_OP_SEND : (enum fs_op)op;
+    f->pat = pat < 0 ? FS_PAT_LAT : (enum fs_pattern)pat;
+    f->mem_polling = f->op == FS_OP_WRITE && f->pat == FS_PAT_LAT;
+    if (f->mem_polling)
+        f->block = 0;
+    f->ep_type = strcmp(f->o.ep, "msg") == 0 ? FI_EP_MSG : FI_EP_RDM;
+    snprintf(f->ctl_local, sizeof f->ctl_local, "%s", ctx->ctl_local_addr ? ctx->ctl_local_addr : "");
+    const char *domain = domain_wanted(&f->o, ctx->spec->device, err);
+    if (!domain || check_names(&f->o, domain, err))
+        return -1;
+    snprintf(f->domain_req, sizeof f->domain_req, "%s", domain);
+    if (getinfo(f, domain, err))
+        return -1;
+    int rc = fi_fabric(f->info->fabric_attr, &f->fabric, NULL);
+    if (rc)
+        return fi_failc(err, FS_EXIT_MEASURE, "fi_fabric", rc);
+    if ((rc = fi_domain(f->fabric, f->info, &f->domain, NULL)))
+        return fi_failc(err, FS_EXIT_MEASURE, "fi_domain", rc);
+    if ((f->op == FS_OP_FADD || f->op == FS_OP_CSWAP) &&
+        strstr(f->info->fabric_attr->prov_name, "ofi_rxd"))
+        /* fi_query_atomic says yes, but both ends then crash in fi_cq_read (seen here with
+         * 1.17; ofiwg/libfabric#11814): refuse rather than take the peer down. */
+        return fs_fail(err, FS_EXIT_UNSUPPORTED,
+                       "unsupported by provider %s: fetching atomics crash inside libfabric's "
+                       "rxd utility provider (ofiwg/libfabric#11814); use another provider",
+                       f->info->fabric_attr->prov_name);
+    if (f->op == FS_OP_FADD || f->op == FS_OP_CSWAP) {
+        struct fi_atomic_attr aa;
+        rc = f->op == FS_OP_FADD
+                 ? fi_query_atomic(f->domain, FI_UINT64, FI_SUM, &aa, FI_FETCH_ATOMIC)
+                 : fi_query_atomic(f->domain, FI_UINT64, FI_CSWAP, &aa, FI_COMPARE_ATOMIC);
+        if (rc)
+            return fs_fail(err, FS_EXIT_UNSUPPORTED,
+                           "unsupported by provider %s: 64-bit %s (fi_query_atomic: %s)",
+                           f->info->fabric_attr->prov_name,
+                           f->op == FS_OP_FADD ? "fetch-add (FI_SUM)" : "compare-swap (FI_CSWAP)",
+                           fi_strerror(-rc));
+    }
+    f->ntx = (uint64_t)f->tx_depth + 16;
+    size_t tx_size = f->info->tx_attr->size ? f->info->tx_attr->size : 64;
+    size_t rx_size = f->info->rx_attr->size ? f->info->rx_attr->size : 64;
+    f->nrx = (long)(rx_size < OFI_MAX_RX ? rx_size : OFI_MAX_RX);
+    if (f->nrx > f->tx_depth + 1)
+        f->nrx = f->tx_depth + 1;
+    if (f->ntx > tx_size + 16)
+        f->ntx = tx_size + 16;
+    f->txctx = calloc(f->ntx, sizeof *f->txctx);
+    f->rxctx = calloc((size_t)f->nrx, sizeof *f->rxctx);
+    /* sbuf also holds the atomic operand, compare value and one result slot per context. */
+    f->bufsize = ctx->max_size;
+    if (f->bufsize < 64 + 8 * f->ntx)
+        f->bufsize = 64 + 8 * f->ntx;
+    if (f->bufsize < 4096)
+        f->bufsize = 4096;
+    if (!f->txctx || !f->rxctx || posix_memalign((void **)&f->sbuf, 4096, f->bufsize) ||
+        posix_memalign((void **)&f->rbuf, 4096, f->bufsize))
+        return fs_fail(err, FS_EXIT_MEASURE, "ofi: cannot allocate buffers");
+    memset(f->sbuf, 0xa5, f->bufsize);
+    memset(f->rbuf, 0, f->bufsize);
+    if (reg(f, f->sbuf, &f->smr, 1, err) || reg(f, f->rbuf, &f->rmr, 2, err) || open_cq(f, err))
+        return -1;
+    if (f->ep_type == FI_EP_MSG) {
+        struct fi_eq_attr ea = {.size = 16, .wait_obj = FI_WAIT_UNSPEC};
+        if ((rc = fi_eq_open(f->fabric, &ea, &f->eq, NULL)))
+            return fi_failc(err, FS_EXIT_MEASURE, "fi_eq_open", rc);
+        if (f->is_server) {
+            if ((rc = fi_passive_ep(f->fabric, f->info, &f->pep, NULL)) ||
+                (rc = fi_pep_bind(f->pep, &f->eq->fid, 0)) || (rc = fi_listen(f->pep)))
+                return fi_failc(err, FS_EXIT_MEASURE, "listening (passive endpoint)", rc);
+        }
+        return 0;
+    }
+    struct fi_av_attr aa = {.type = FI_AV_TABLE, .count = 4};
+    if ((rc = fi_av_open(f->domain, &aa, &f->av, NULL)))
+        return fi_failc(err, FS_EXIT_MEASURE, "fi_av_open", rc);
+    if ((rc = fi_endpoint(f->domain, f->info, &f->ep, NULL)))
+        return fi_failc(err, FS_EXIT_MEASURE, "fi_endpoint", rc);
+    return bind_enable(f, err);
+}
+
+static int ofi_local_address(void *be, cJSON *obj, struct fs_err *err)
+{
+    struct ofi *f = be;
+    uint8_t name[512];
+    size_t len = sizeof name;
+    int rc = 0;
+    if (f->pep)
+        rc = fi_getname(&f->pep->fid, name, &len);
+    else if (f->cm_thread_running) {
+        /* The endpoint belongs to the connection thread until prepare joins it. */
+        memcpy(name, f->cached_name, f->cached_name_len);
+        len = f->cached_name_len;
+    } else if (f->ep)
+        rc = fi_getname(&f->ep->fid, name, &len);
+    else
+        len = 0;
+    if (rc)
+        return fi_failc(err, FS_EXIT_MEASURE, "fi_getname", rc);
+    char hex[1100];
+    hex_encode(name, len, hex);
+    cJSON_AddStringToObject(obj, "name", hex);
+    cJSON_AddNumberToObject(obj, "addr_format", f->info->addr_format);
+    cJSON_AddStringToObject(obj, "provider", f->info->fabric_attr->prov_name);
+    uint64_t raddr = (f->info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)f->rbuf : 0;
+    char h[24];
+    snprintf(h, sizeof h, "%016llx", (unsigned long long)raddr);
+    cJSON_AddStringToObject(obj, "raddr", h);
+    snprintf(h, sizeof h, "%016llx", (unsigned long long)fi_mr_key(f->rmr));
+    cJSON_AddStringToObject(obj, "rkey", h);
+    return 0;
+}
+
+/* Waits for one connection-manager event; a deadline, not a measurement. */
+static int wait_cm(struct ofi *f, uint32_t want, struct fi_eq_cm_entry *entry, int deadline_ms,
+                   struct fs_err *err)
+{
+    uint32_t ev = 0;
+    ssize_t n = fi_eq_sread(f->eq, &ev, entry, sizeof *entry, deadline_ms, 0);
+    if (n == -FI_EAVAIL) {
+        struct fi_eq_err_entry ee = {0};
+        fi_eq_readerr(f->eq, &ee, 0);
+        return fs_fail(err, FS_EXIT_PEER, "ofi: connection failed: %s (%s)",
+                       fi_strerror(ee.err),
+                       fi_eq_strerror(f->eq, ee.prov_errno, ee.err_data, NULL, 0));
+    }
+    if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT)
+        return fs_fail(err, FS_EXIT_PEER, "ofi: no %s event within %d ms",
+                       want == FI_CONNREQ ? "connection request" : "connection established",
+                       deadline_ms);
+    if (n < 0)
+        return fi_failc(err, FS_EXIT_PEER, "fi_eq_sread", n);
+    if (ev != want)
+        return fs_fail(err, FS_EXIT_PEER, "ofi: unexpected connection event %u (wanted %u)", ev,
+                       want);
+    return 0;
+}
+
+static void *cm_main(void *arg)
+{
+    struct ofi *f = arg;
+    struct fi_eq_cm_entry entry;
+    f->cm_rc = wait_cm(f, FI_CONNECTED, &entry, f->cm_deadline_ms, &f->cm_err);
+    return NULL;
+}
+
+static int join_cm(struct ofi *f, struct fs_err *err)
+{
+    if (!f->cm_thread_running)
+        return 0;
+    pthread_join(f->cm_thread, NULL);
+    f->cm_thread_running = 0;
+    if (f->cm_rc) {
+        *err = f->cm_err;
+        return -1;
+    }
+    f->connected = 1;
+    return 0;
+}
+
+static int ofi_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_err *err)
+{
+    struct ofi *f = be;
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(peer, "name");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(peer, "addr_format");
+    const cJSON *prov = cJSON_GetObjectItemCaseSensitive(peer, "provider");
+    const cJSON *ra = cJSON_GetObjectItemCaseSensitive(peer, "raddr");
+    const cJSON *rk = cJSON_GetObjectItemCaseSensitive(peer, "rkey");
+    if (!cJSON_IsString(nm) || !cJSON_IsNumber(fmt) || !cJSON_IsString(prov) ||
+        !cJSON_IsString(ra) || !cJSON_IsString(rk))
+        return fs_fail(err, FS_EXIT_PEER, "ofi: the peer sent an incomplete address");
+    if (strcmp(prov->valuestring, f->info->fabric_attr->prov_name) != 0)
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "ofi: provider mismatch: this side opened %s, the peer %s; pass the same "
+                       "--provider (and a domain both can reach) on both sides",
+                       f->info->fabric_attr->prov_name, prov->valuestring);
+    f->peer_raddr = strtoull(ra->valuestring, NULL, 16);
+    f->peer_key = strtoull(rk->valuestring, NULL, 16);
+    size_t nlen = 0;
+    void *name = hex_decode(nm->valuestring, &nlen);
+    if (!name)
+        return fs_fail(err, FS_EXIT_PEER, "ofi: the peer's address is not hex");
+    int rc;
+    if (f->ep_type == FI_EP_RDM) {
+        rc = fi_av_insert(f->av, name, 1, &f->peer, 0, NULL);
+        free(name);
+        if (rc != 1)
+            return fs_fail(err, FS_EXIT_PEER, "ofi: fi_av_insert of the peer's address failed (%d)",
+                           rc);
+        f->connected = 1;
+        return 0;
+    }
+    if (f->is_server) {
+        free(name);
+        struct fi_eq_cm_entry entry;
+        if (wait_cm(f, FI_CONNREQ, &entry, deadline_ms, err))
+            return -1;
+        f->conn = entry.info;
+        if ((rc = fi_endpoint(f->domain, f->conn, &f->ep, NULL)))
+            return fi_failc(err, FS_EXIT_MEASURE, "fi_endpoint (accepting)", rc);
+        if (bind_enable(f, err))
+            return -1;
+        if ((rc = fi_accept(f->ep, NULL, 0)))
+            return fi_failc(err, FS_EXIT_PEER, "fi_accept", rc);
+        if (wait_cm(f, FI_CONNECTED, &entry, deadline_ms, err))
+            return -1;
+        f->connected = 1;
+        return 0;
+    }
+    /* Client: an info addressed to the server, on the domain already opened. */
+    struct fi_info *h = make_hints(f, f->info->domain_attr->name);
+    if (!h) {
+        free(name);
+        return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
+    }
+    h->addr_format = (uint32_t)fmt->valueint;
+    h->dest_addr = name;
+    h->dest_addrlen = nlen;
+    struct fi_info *list = NULL;
+    rc = fi_getinfo(OFI_API, NULL, NULL, 0, h, &list);
+    fi_freeinfo(h); /* frees name too */
+    struct fi_info *c = rc ? NULL : pick(list, f->info->fabric_attr->prov_name);
+    if (!c) {
+        fi_freeinfo(list);
+        return fs_fail(err, FS_EXIT_PEER, "ofi: provider %s cannot address the server: %s",
+                       f->info->fabric_attr->prov_name, rc ? fi_strerror(-rc) : "no match");
+    }
+    f->conn = fi_dupinfo(c);
+    fi_freeinfo(list);
+    if ((rc = fi_endpoint(f->domain, f->conn, &f->ep, NULL)))
+        return fi_failc(err, FS_EXIT_MEASURE, "fi_endpoint", rc);
+    if (bind_enable(f, err))
+        return -1;
+    f->cached_name_len = sizeof f->cached_name;
+    if (fi_getname(&f->ep->fid, f->cached_name, &f->cached_name_len))
+        f->cached_name_len = 0;
+    if ((rc = fi_connect(f->ep, f->conn->dest_addr, NULL, 0)))
+        return fi_failc(err, FS_EXIT_PEER, "fi_connect", rc);
+    /* The server accepts only after this side's answer: FI_CONNECTED is awaited by the
+     * connection thread and collected in prepare. */
+    f->cm_deadline_ms = deadline_ms;
+    if ((rc = pthread_create(&f->cm_thread, NULL, cm_main, f)))
+        return fs_fail(err, FS_EXIT_MEASURE, "ofi: cannot start the connection thread: %s",
+                       strerror(rc));
+    f->cm_thread_running = 1;
+    return 0;
+}
+
+/* ---- data path ---------------------------------------------------------------------------- */
+
+static int post_recv(struct ofi *f, long slot, struct fs_err *err)
+{
+    ssize_t rc = fi_recv(f->ep, f->rbuf, f->bufsize, fi_mr_desc(f->rmr),
+                         f->ep_type == FI_EP_RDM ? f->peer : FI_ADDR_UNSPEC, &f->rxctx[slot]);
+    if (rc == -FI_EAGAIN)
+        return 1;
+    if (rc)
+        return fi_failc(err, FS_EXIT_MEASURE, "fi_recv", rc);
+    f->rx_posted++;
+    return 0;
+}
+
+static int ofi_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
+{
+    struct ofi *f = be;
+    f->op = op;
+    f->size = size;
+    if (size > f->bufsize)
+        return fs_fail(err, FS_EXIT_MEASURE, "ofi: size beyond the allocated buffer");
+    if (join_cm(f, err))
+        return -1;
+    if (f->mem_polling) {
+        f->rbuf[size - 1] = 0;
+        f->tx_seq = 0;
+        f->rx_expect = 1;
+    }
+    if (op == FS_OP_SEND && f->rx_posted == 0) {
+        /* Every receive takes the whole buffer, so they stay valid from size to size. */
+        for (long i = 0; i < f->nrx; i++) {
+            int rc = post_recv(f, i, err);
+            if (rc < 0)
+                return -1;
+            if (rc > 0)
+                break;
+        }
+    }
+    return 0;
+}
+
+static uint8_t next_seq(uint8_t s) { return (uint8_t)(s % 255 + 1); }
+
+static int ofi_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
+{
+    struct ofi *f = be;
+    if (f->tx_outstanding >= f->ntx)
+        return 0;
+    struct fi_context2 *ctx = &f->txctx[f->tx_seq_ctx % f->ntx];
+    fi_addr_t dest = f->ep_type == FI_EP_RDM ? f->peer : FI_ADDR_UNSPEC;
+    void *sdesc = fi_mr_desc(f->smr);
+    ssize_t rc;
+    const char *what;
+    switch (op) {
+    case FS_OP_SEND:
+        what = "fi_send";
+        rc = fi_send(f->ep, f->sbuf, size, sdesc, dest, ctx);
+        break;
+    case FS_OP_WRITE:
+        what = "fi_write";
+        /* The sequence advances only when the write is accepted: an EAGAIN retry must carry
+         * the same value, or the target waits for a number that never comes. */
+        if (f->mem_polling)
+            f->sbuf[size - 1] = next_seq(f->tx_seq);
+        rc = fi_write(f->ep, f->sbuf, size, sdesc, dest, f->peer_raddr, f->peer_key, ctx);
+        break;
+    case FS_OP_READ:
+        what = "fi_read";
+        rc = fi_read(f->ep, f->sbuf, size, sdesc, dest, f->peer_raddr, f->peer_key, ctx);
+        break;
+    case FS_OP_FADD:
+    case FS_OP_CSWAP: {
+        uint64_t *operand = (uint64_t *)(void *)f->sbuf, *compare = operand + 1;
+        uint64_t *result = operand + 8 + f->tx_seq_ctx % f->ntx;
+        *operand = 1;
+        *compare = 0;
+        if (op == FS_OP_FADD) {
+            what = "fi_fetch_atomic";
+            rc = fi_fetch_atomic(f->ep, operand, 1, sdesc, result, sdesc, dest, f->peer_raddr,
+                                 f->peer_key, FI_UINT64, FI_SUM, ctx);
+        } else {
+            what = "fi_compare_atomic";
+            rc = fi_compare_atomic(f->ep, operand, 1, sdesc, compare, sdesc, result, sdesc, dest,
+                                   f->peer_raddr, f->peer_key, FI_UINT64, FI_CSWAP, ctx);
+        }
+        break;
+    }
+    default:
+        return fs_fail(err, FS_EXIT_USAGE, "ofi: op %s is not supported", fs_ops[op].name);
+    }
+    if (rc == -FI_EAGAIN)
+        return 0;
+    if (rc)
+        return fi_failc(err, FS_EXIT_MEASURE, what, rc);
+    if (f->mem_polling && op == FS_OP_WRITE)
+        f->tx_seq = next_seq(f->tx_seq);
+    f->tx_seq_ctx++;
+    f->tx_outstanding++;
+    return 1;
+}
+
+static int cq_error(struct ofi *f, struct fs_err *err)
+{
+    struct fi_cq_err_entry ee = {0};
+    fi_cq_readerr(f->cq, &ee, 0);
+    const char *detail = fi_cq_strerror(f->cq, ee.prov_errno, ee.err_data, NULL, 0);
+    int code = ee.err == FI_ECONNRESET || ee.err == FI_ECONNABORTED || ee.err == FI_ENOTCONN ||
+                       ee.err == FI_EHOSTUNREACH || ee.err == FI_ETIMEDOUT
+                   ? FS_EXIT_PEER
+                   : FS_EXIT_MEASURE;
+    return fs_fail(err, code, "ofi: completion error: %s (%s)", fi_strerror(ee.err),
+                   detail ? detail : "");
+}
+
+static int reap(struct ofi *f, int wait_ms, struct fs_err *err)
+{
+    struct fi_cq_msg_entry ent[32];
+    ssize_t n = wait_ms > 0 ? fi_cq_sread(f->cq, ent, 32, NULL, wait_ms)
+                            : fi_cq_read(f->cq, ent, 32);
+    if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT || n == 0)
+        return 0;
+    if (n == -FI_EAVAIL)
+        return cq_error(f, err);
+    if (n < 0)
+        return fi_failc(err, FS_EXIT_MEASURE, "fi_cq_read", n);
+    for (ssize_t i = 0; i < n; i++) {
+        if (ent[i].flags & FI_RECV) {
+            struct fi_context2 *c = ent[i].op_context;
+            f->rx_posted--;
+            f->rx_completed++;
+            if (post_recv(f, (long)(c - f->rxctx), err) < 0)
+                return -1;
+        } else {
+            f->tx_completed++;
+        }
+    }
+    return 0;
+}
+
+static int ofi_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_err *err)
+{
+    struct ofi *f = be;
+    if (reap(f, 0, err))
+        return -1;
+    if (f->mem_polling && f->size) {
+        volatile uint8_t *last = &f->rbuf[f->size - 1];
+        if (*last == f->rx_expect) {
+            f->rx_completed++;
+            f->rx_expect = next_seq(f->rx_expect);
+        }
+    }
+    if (!f->tx_completed && !f->rx_completed && wait_ms > 0 && f->cq_waitable &&
+        reap(f, wait_ms, err))
+        return -1;
+    ev->tx_done += f->tx_completed;
+    ev->rx_done += f->rx_completed;
+    f->tx_outstanding -= f->tx_completed < f->tx_outstanding ? f->tx_completed : f->tx_outstanding;
+    f->tx_completed = f->rx_completed = 0;
+    return 0;
+}
+
+/* "127.0.0.1:40123" for socket-address providers; other formats (shm names, IB GIDs) are left
+ * to the provider/domain fields. */
+static int sockaddr_str(uint32_t fmt, const void *name, size_t len, char *out, size_t olen)
+{
+    char h[INET6_ADDRSTRLEN] = "";
+    const struct sockaddr *sa = name;
+    if (!sockaddr_format(fmt) || len < sizeof(struct sockaddr_in))
+        return -1;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = name;
+        inet_ntop(AF_INET, &in->sin_addr, h, sizeof h);
+        snprintf(out, olen, "%s:%u", h, ntohs(in->sin_port));
+        return 0;
+    }
+    if (sa->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *in6 = name;
+        inet_ntop(AF_INET6, &in6->sin6_addr, h, sizeof h);
+        snprintf(out, olen, "[%s]:%u", h, ntohs(in6->sin6_port));
+        return 0;
+    }
+    return -1;
+}
+
+static void ofi_describe(void *be, cJSON *o)
+{
+    struct ofi *f = be;
+    cJSON_AddStringToObject(o, "kind", "ofi");
+    uint32_t v = fi_version();
+    char buf[64];
+    snprintf(buf, sizeof buf, "%u.%u", FI_MAJOR(v), FI_MINOR(v));
+    cJSON_AddStringToObject(o, "libfabric_version", buf);
+    if (!f->info)
+        return;
+    /* The names come from the info the fabric and domain were opened with: a connection
+     * request's info may leave them out (sockets does). */
+    const struct fi_info *i = f->info;
+    cJSON_AddStringToObject(o, "provider", i->fabric_attr->prov_name ? i->fabric_attr->prov_name : "");
+    snprintf(buf, sizeof buf, "%u.%u", FI_MAJOR(i->fabric_attr->prov_version),
+             FI_MINOR(i->fabric_attr->prov_version));
+    cJSON_AddStringToObject(o, "provider_version", buf);
+    cJSON_AddStringToObject(o, "fabric", i->fabric_attr->name ? i->fabric_attr->name : "");
+    cJSON_AddStringToObject(o, "domain", i->domain_attr->name ? i->domain_attr->name : "");
+    cJSON_AddStringToObject(o, "domain_requested", f->domain_req[0] ? f->domain_req : "");
+    cJSON_AddStringToObject(o, "endpoint", ep_name(i->ep_attr->type));
+    cJSON_AddStringToObject(o, "data_progress",
+                            i->domain_attr->data_progress == FI_PROGRESS_AUTO     ? "auto"
+                            : i->domain_attr->data_progress == FI_PROGRESS_MANUAL ? "manual"
+                                                                                  : "unspec");
+    cJSON_AddStringToObject(o, "progress",
+                            f->cq_waitable    ? "block (fi_cq_sread)"
+                            : f->mem_polling  ? "busy (write latency polls memory)"
+                            : f->block        ? "busy: the provider's CQ has no wait object"
+                                              : "busy (fi_cq_read)");
+    char *s = fi_tostr(&i->addr_format, FI_TYPE_ADDR_FORMAT);
+    cJSON_AddStringToObject(o, "addr_format", s ? s : "");
+    uint8_t name[512];
+    size_t len = sizeof name;
+    if (f->ep && fi_getname(&f->ep->fid, name, &len) == 0) {
+        char a[INET6_ADDRSTRLEN + 16] = "";
+        sockaddr_str(i->addr_format, name, len, a, sizeof a);
+        if (a[0])
+            cJSON_AddStringToObject(o, "local_address", a);
+        len = sizeof name;
+        if (f->ep_type == FI_EP_MSG && fi_getpeer(f->ep, name, &len) == 0 &&
+            sockaddr_str(i->addr_format, name, len, a, sizeof a) == 0)
+            cJSON_AddStringToObject(o, "peer_address", a);
+    }
+    if (strncmp(i->fabric_attr->prov_name, "sockets", 7) == 0 && !getenv("FI_SOCKETS_PE_WAITTIME"))
+        cJSON_AddStringToObject(o, "note",
+                                "the sockets provider's progress thread spins 10 ms per transfer "
+                                "unless FI_SOCKETS_PE_WAITTIME=0 is set");
+}
+
+static void ofi_teardown(void *be)
+{
+    struct ofi *f = be;
+    if (!f)
+        return;
+    if (f->cm_thread_running) {
+        struct fs_err ignore;
+        join_cm(f, &ignore);
+    }
+    if (f->ep)
+        fi_close(&f->ep->fid);
+    if (f->pep)
+        fi_close(&f->pep->fid);
+    if (f->av)
+        fi_close(&f->av->fid);
+    if (f->cq)
+        fi_close(&f->cq->fid);
+    if (f->smr)
+        fi_close(&f->smr->fid);
+    if (f->rmr)
+        fi_close(&f->rmr->fid);
+    if (f->eq)
+        fi_close(&f->eq->fid);
+    if (f->domain)
+        fi_close(&f->domain->fid);
+    if (f->fabric)
+        fi_close(&f->fabric->fid);
+    if (f->conn)
+        fi_freeinfo(f->conn);
+    if (f->info)
+        fi_freeinfo(f->info);
+    free(f->sbuf);
+    free(f->rbuf);
+    free(f->txctx);
+    free(f->rxctx);
+    free(f);
+}
+
+const struct fs_backend_ops fs_backend_ofi = {
+    .abi = FS_BACKEND_ABI,
+    .name = "ofi",
+    .summary = "libfabric: msg/rdm endpoints; send, RMA write/read, atomics; names the provider",
+    .ops = FS_BIT(FS_OP_SEND) | FS_BIT(FS_OP_WRITE) | FS_BIT(FS_OP_READ) | FS_BIT(FS_OP_FADD) |
+           FS_BIT(FS_OP_CSWAP),
+    .patterns = FS_BIT(FS_PAT_LAT) | FS_BIT(FS_PAT_BW) | FS_BIT(FS_PAT_BIBW),
+    .options = ofi_options,
+    .options_size = sizeof(struct ofi_opts),
+    .check = ofi_check,
+    .setup = ofi_setup,
+    .local_address = ofi_local_address,
+    .connect = ofi_connect,
+    .prepare = ofi_prepare,
+    .post = ofi_post,
+    .progress = ofi_progress,
+    .describe = ofi_describe,
+    .teardown = ofi_teardown,
+};

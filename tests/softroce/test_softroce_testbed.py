@@ -1,0 +1,186 @@
+"""The Soft-RoCE testbed, for real: qemu guests with a kernel rxe device.
+
+Boots four guests in all (one single-guest run for the device checks and the
+exit status, one that must time out, one two-guest pair for perftest), after
+building the image once (about a minute; cached in
+${FABSCOPE_CACHE:-/var/cache/fabscope}/softroce). The tests at the bottom need
+no guest.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO / "python") not in sys.path:  # no conftest needed: PYTHONPATH=python also works
+    sys.path.insert(0, str(REPO / "python"))
+
+from fabscope.testbed import softroce  # noqa: E402
+
+GID = "/sys/class/infiniband/rxe0/ports/1"
+
+
+def _can_boot() -> str | None:
+    """Why the guest cannot boot here, or None."""
+    if shutil.which("qemu-system-x86_64") is None:
+        return "qemu-system-x86_64 missing (make setup installs qemu-system-x86)"
+    cached = softroce.default_cache_dir() / softroce.recipe_key() / "manifest.json"
+    if os.geteuid() != 0 and not cached.exists():
+        return "no cached Soft-RoCE image and not root (building it needs debootstrap as root)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def built() -> Path:
+    reason = _can_boot()
+    if reason:
+        pytest.skip(reason)
+    t0 = time.monotonic()
+    path = softroce.build()
+    print(f"\nsoftroce image {path} ready in {time.monotonic() - t0:.1f} s")
+    return path
+
+
+@pytest.mark.softroce
+def test_single_guest_rxe_device_and_exit_status(
+    built: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One boot: rxe0 is a real verbs device, fabscope is on PATH, /out is
+    shared back, and the command's exit status (7) comes out of `run` via the CLI."""
+    script = f"""
+ibv_devices
+ibv_devinfo -d rxe0
+# gids/1 and its type in one pass: reading the GID table file by file is slow under TCG
+cat {GID}/gids/1 {GID}/gid_attrs/types/1
+command -v fabscope; command -v fabscope-engine
+test -r /fabscope/python/fabscope/__init__.py && echo repo-visible
+echo hello-from-guest > /out/hello.txt
+grep -q 'peer' /etc/hosts && echo hosts-has-peer
+exit 7
+"""
+    t0 = time.monotonic()
+    rc = softroce.main(["run", "--timeout", "180", "--out", str(tmp_path), "--", "sh", "-c", script])
+    elapsed = time.monotonic() - t0
+    out = capsys.readouterr().out
+    print(out)
+    print(f"single-guest run: {elapsed:.1f} s")
+    assert rc == 7, out
+    assert re.search(r"^\s*rxe0\s+[0-9a-f]{16}\s*$", out, re.M), "ibv_devices does not list rxe0"
+    assert re.search(r"state:\s+PORT_ACTIVE \(4\)", out), "rxe0 port 1 is not PORT_ACTIVE"
+    assert "link_layer:\t\tEthernet" in out
+    # RoCE v2 GID of 192.168.77.1 at index 1 (the IPv4-mapped address).
+    assert "0000:0000:0000:0000:0000:ffff:c0a8:4d01\nRoCE v2" in out
+    assert "/usr/local/bin/fabscope\n/usr/local/bin/fabscope-engine" in out
+    assert "repo-visible" in out and "hosts-has-peer" in out
+    assert (tmp_path / "hello.txt").read_text() == "hello-from-guest\n"
+
+
+@pytest.mark.softroce
+def test_timeout_kills_the_guest(built: Path) -> None:
+    timeout = 25.0
+    t0 = time.monotonic()
+    with pytest.raises(softroce.SoftRoceTimeout) as info:
+        softroce.run(["sh", "-c", "echo about-to-hang; sleep 100000"], timeout_s=timeout, stdout=io.StringIO())
+    elapsed = time.monotonic() - t0
+    msg = str(info.value)
+    print(msg)
+    assert elapsed < timeout + 15, f"took {elapsed:.1f} s for a {timeout} s timeout"
+    assert "did not finish within the 25 s timeout" in msg
+    assert "sleep 100000" in msg  # names the command
+    assert "about-to-hang" in msg  # and shows the console's last lines
+    assert info.value.exit_status == 124
+
+
+@pytest.mark.softroce
+def test_two_guests_ib_write_bw(built: Path) -> None:
+    """perftest across the qemu socket link: server guest <-> client guest."""
+    perf = ["ib_write_bw", "-d", "rxe0", "-x", "1", "-F", "-n", "200", "-s", "65536"]
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.monotonic()
+    rc = softroce.run([*perf, "peer"], two_guests=True, timeout_s=240, server_cmd=perf, stdout=out, stderr=err)
+    elapsed = time.monotonic() - t0
+    print(out.getvalue())
+    print(err.getvalue())
+    print(f"two-guest run: {elapsed:.1f} s")
+    assert rc == 0
+    text = out.getvalue()
+    # Client and server GIDs are the two guests' IPv4-mapped addresses.
+    assert "GID: 00:00:00:00:00:00:00:00:00:00:255:255:192:168:77:02" in text
+    assert "GID: 00:00:00:00:00:00:00:00:00:00:255:255:192:168:77:01" in text
+    m = re.search(r"^\s*65536\s+200\s+([\d.]+)\s+([\d.]+)", text, re.M)
+    assert m, "no ib_write_bw result line"
+    assert float(m[2]) > 0
+    assert "[server]" in err.getvalue()  # the server's output is forwarded, marked
+
+
+@pytest.mark.softroce
+def test_siw_two_guests_ib_write_bw(built: Path) -> None:
+    """iWARP: siw.ko built for the guest kernel, perftest over rdma_cm between two guests."""
+    t0 = time.monotonic()
+    softroce.build_siw(softroce.image())
+    print(f"siw.ko ready in {time.monotonic() - t0:.1f} s")
+    perf = ["ib_write_bw", "-d", "siw0", "-R", "-F", "-n", "100", "-s", "65536"]
+    out, err = io.StringIO(), io.StringIO()
+    t0 = time.monotonic()
+    rc = softroce.run([*perf, "peer"], two_guests=True, siw=True, timeout_s=240, server_cmd=perf,
+                      stdout=out, stderr=err)
+    print(out.getvalue())
+    print(f"siw two-guest run: {time.monotonic() - t0:.1f} s")
+    assert rc == 0, err.getvalue()
+    text = out.getvalue()
+    assert "Transport type : IW" in text
+    assert re.search(r"^\s*65536\s+100\s+[\d.]+\s+[\d.]+", text, re.M), "no ib_write_bw result line"
+
+
+# ---------------------------------------------------------------------------
+# No guest needed.
+
+
+def test_debian_mirror_from_deb822_and_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FABSCOPE_DEBIAN_MIRROR", raising=False)
+    apt = tmp_path / "apt"
+    (apt / "sources.list.d").mkdir(parents=True)
+    assert softroce.debian_mirror(apt) == softroce.DEFAULT_MIRROR
+    (apt / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n\n"
+        "Types: deb\n# comment\nURIs: http://mirror.example/debian/\nSuites: bookworm bookworm-updates\n"
+    )
+    assert softroce.debian_mirror(apt) == "http://mirror.example/debian"
+    (apt / "sources.list").write_text("deb [arch=amd64] http://other.example/debian bookworm main\n")
+    assert softroce.debian_mirror(apt) == "http://other.example/debian"
+    monkeypatch.setenv("FABSCOPE_DEBIAN_MIRROR", "http://env.example/debian/")
+    assert softroce.debian_mirror(apt) == "http://env.example/debian"
+
+
+def test_recipe_key_is_stable_and_hex() -> None:
+    assert softroce.recipe_key() == softroce.recipe_key()
+    assert re.fullmatch(r"[0-9a-f]{16}", softroce.recipe_key())
+
+
+def test_run_without_command_explains(capsys: pytest.CaptureFixture[str]) -> None:
+    assert softroce.main(["run", "--"]) == 125
+    assert "no command given" in capsys.readouterr().err
+
+
+def test_control_dir_quotes_argv_exactly(tmp_path: Path) -> None:
+    argv = ["printf", "%s|", "a b", "it's", "$HOME", "*"]
+    softroce._write_control_dir(
+        tmp_path / "ctl", nonce="00", role="single", addr="192.168.77.1", peer="192.168.77.1",
+        hosts="", cmd=argv, rdma="rxe", wait_go=False, keep_alive=False, go_timeout_s=10,
+        siw_ko=None, extra_files={},
+    )
+    sh = shutil.which("sh")
+    assert sh
+    got = subprocess.run([sh, str(tmp_path / "ctl" / "cmd.sh")], capture_output=True, text=True, check=True)
+    assert got.stdout == "a b|it's|$HOME|*|"
+    env = (tmp_path / "ctl" / "env").read_text()
+    assert "FS_RDMA=rxe\n" in env and "FS_NONCE=00\n" in env

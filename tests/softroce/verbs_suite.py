@@ -1,0 +1,418 @@
+#!/usr/bin/env python3
+"""Guest-side verbs suite: runs inside ONE Soft-RoCE guest boot (boots are slow under TCG).
+
+Usage (in the guest): python3 verbs_suite.py OUTDIR [SECTION...]
+Sections: functional, errors, bench, wire-client (two-guest mode, client side).
+
+Every case appends one JSON line to OUTDIR/<section>.jsonl; the host-side pytest module
+(tests/softroce/test_verbs.py) asserts on them after the guest powered off. Nothing here
+decides pass/fail: it records exit codes, the engine's JSON records, stderr and timings.
+
+Server and client run in the same guest (rxe loops its own traffic back). The server engine
+is started on 127.0.0.1 port 0 and the client only once the server printed its "listening"
+line, so no fixed head start is needed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shlex
+import subprocess
+import sys
+import time
+
+ENGINE = os.environ.get("FS_ENGINE", "fabscope-engine")
+TIMEOUT = "30"  # engine --timeout: TCG is slow, a slow peer is not a dead one
+DEV = os.environ.get("FS_RDMA_DEV", "rxe0")
+
+
+def log(msg: str) -> None:
+    print(f"[verbs-suite] {msg}", flush=True)
+
+
+def parse_lines(text: str) -> list[dict]:
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def start_server(args: list[str], prefix: list[str] | None = None) -> tuple[subprocess.Popen, int]:
+    argv = (prefix or []) + [ENGINE, "--listen", "127.0.0.1:0", "--backend", "verbs",
+                             "--timeout", TIMEOUT] + args
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    line = ""
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([p.stdout], [], [], 1.0)
+        if r:
+            line = p.stdout.readline()
+            break
+        if p.poll() is not None:
+            break
+    try:
+        port = int(json.loads(line)["port"])
+    except (ValueError, KeyError, TypeError) as e:
+        p.kill()
+        raise RuntimeError(f"server did not report a port: {line!r} {p.stderr.read()[:500]!r}") from e
+    return p, port
+
+
+def engine_case(section: str, name: str, args: list[str], server_args: list[str] | None = None,
+                expect_rc: int = 0, prefix: list[str] | None = None,
+                server_prefix: list[str] | None = None, out=None, tag: dict | None = None) -> dict:
+    """One client/server engine pair; returns and records the outcome."""
+    t0 = time.monotonic()
+    rec: dict = {"section": section, "case": name, "args": args, "server_args": server_args or [],
+                 "expect_rc": expect_rc}
+    if tag:
+        rec.update(tag)
+    try:
+        srv, port = start_server(server_args or [], server_prefix)
+    except RuntimeError as e:
+        rec.update(rc=None, error=str(e))
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+        return rec
+    argv = (prefix or []) + [ENGINE, "--peer", f"127.0.0.1:{port}", "--backend", "verbs",
+                             "--timeout", TIMEOUT] + args
+    try:
+        c = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        rc, so, se = c.returncode, c.stdout, c.stderr
+    except subprocess.TimeoutExpired as e:
+        partial = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        rc, so, se = None, partial, "client timed out after 300 s"
+    try:
+        _, srv_err = srv.communicate(timeout=40)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+        _, srv_err = srv.communicate()
+    rec.update(rc=rc, records=parse_lines(so), stderr=se[-3000:], server_rc=srv.returncode,
+               server_stderr=srv_err[-2000:], elapsed_s=round(time.monotonic() - t0, 2),
+               argv=shlex.join(argv))
+    out.write(json.dumps(rec) + "\n")
+    out.flush()
+    log(f"{section}/{name}: rc={rc} (expect {expect_rc}) {rec['elapsed_s']} s")
+    return rec
+
+
+# ---- functional and error cases ------------------------------------------------------------
+# Plain data, so the host-side test can parametrize over the same list it asserts on.
+
+IT_LAT = ["--iters", "200", "--warmup", "20"]
+IT_BW = ["--iters", "2000", "--warmup", "100"]
+SUPPORTED = {
+    "rc": ["send", "write", "write_imm", "read", "fadd", "cswap"],
+    "uc": ["send", "write", "write_imm"],
+    "ud": ["send"],
+}
+UNSUPPORTED = [("uc", "read"), ("uc", "fadd"), ("uc", "cswap"), ("ud", "write"), ("ud", "read"),
+               ("ud", "write_imm"), ("ud", "fadd")]
+# root has CAP_IPC_LOCK, with which the kernel pins past RLIMIT_MEMLOCK; drop it (a normal user
+# has none) so the limit is the one that applies
+DROP_IPC_LOCK = ["setpriv", "--bounding-set=-ipc_lock", "--inh-caps=-ipc_lock", "--",
+                 "sh", "-c", 'ulimit -l 64 && exec "$@"', "sh"]
+
+
+def case(section: str, name: str, args: list[str], expect_rc: int = 0, **kw) -> dict:
+    return {"section": section, "name": name, "args": args, "expect_rc": expect_rc, **kw}
+
+
+def functional_cases() -> list[dict]:
+    cs = []
+    for svc, ops in SUPPORTED.items():
+        for op in ops:
+            for pat in ("lat", "bw"):
+                size = "8" if op in ("fadd", "cswap") else (
+                    "64" if pat == "lat" else "1024" if svc == "ud" else "65536")
+                cs.append(case("functional", f"{svc}-{op}-{pat}",
+                               ["--qp-type", svc, "--op", op, "--pattern", pat, "--sizes", size]
+                               + (IT_LAT if pat == "lat" else IT_BW),
+                               svc=svc, op=op, pattern=pat))
+    # what the service cannot do: exit 6, never substituted
+    for svc, op in UNSUPPORTED:
+        sz = "8" if op in ("fadd", "cswap") else "64"
+        cs.append(case("functional", f"{svc}-{op}-unsupported",
+                       ["--qp-type", svc, "--op", op, "--sizes", sz] + IT_LAT, 6, svc=svc, op=op))
+    cs += [
+        case("functional", "ud-send-larger-than-mtu",
+             ["--qp-type", "ud", "--op", "send", "--sizes", "4096"] + IT_LAT, 6),
+        case("functional", "rc-send-bibw", ["--op", "send", "--pattern", "bibw"] + IT_BW),
+        case("functional", "rc-write-bibw", ["--op", "write", "--pattern", "bibw"] + IT_BW),
+        case("functional", "rc-write-bw-qps4", ["--op", "write", "--pattern", "bw", "--qps", "4"] + IT_BW),
+        case("functional", "uc-send-bw-qps2", ["--qp-type", "uc", "--op", "send", "--pattern", "bw",
+                                               "--qps", "2", "--sizes", "4096"] + IT_BW),
+        case("functional", "rc-write-bw-cqmod16",
+             ["--op", "write", "--pattern", "bw", "--cq-mod", "16", "--iters", "1001"]),
+        case("functional", "rc-send-bw-cqmod16-sweep",
+             ["--op", "send", "--pattern", "bw", "--cq-mod", "16", "--sizes", "1K,64K", "--iters", "1001"]),
+        case("functional", "rc-send-lat-inline64", ["--op", "send", "--sizes", "64", "--inline", "64"] + IT_LAT),
+        case("functional", "rc-write-bw-mtu512", ["--op", "write", "--pattern", "bw", "--mtu", "512"] + IT_BW),
+        case("functional", "rc-send-lat-block", ["--op", "send", "--poll", "block"] + IT_LAT),
+        case("functional", "rc-send-bw-block", ["--op", "send", "--pattern", "bw", "--poll", "block"] + IT_BW),
+        case("functional", "rc-send-lat-sweep", ["--op", "send", "--sizes", "2:16K", "--iters", "50",
+                                                 "--warmup", "5"]),
+        case("functional", "rc-read-bw-sweep", ["--op", "read", "--pattern", "bw", "--sizes", "8,4K,1M",
+                                                "--iters", "200", "--warmup", "10"]),
+    ]
+    # payload verification, and rdma_cm (--cm --op send --verify is fabscope's rping)
+    for op in ("send", "write", "write_imm", "read"):
+        cs.append(case("functional", f"rc-{op}-verify", ["--op", op, "--verify", "--sizes", "1,4K,10000"] + IT_LAT))
+    cs += [
+        case("functional", "uc-write-verify", ["--qp-type", "uc", "--op", "write", "--verify", "--sizes", "3000"]
+             + IT_LAT),
+        case("functional", "ud-send-verify", ["--qp-type", "ud", "--op", "send", "--verify", "--sizes", "1,1024"]
+             + IT_LAT),
+        case("functional", "cm-rping", ["--cm", "--op", "send", "--verify", "--sizes", "64,4K"] + IT_LAT),
+        case("functional", "cm-send-lat", ["--cm", "--op", "send"] + IT_LAT),
+        case("functional", "cm-write-bw", ["--cm", "--op", "write", "--pattern", "bw"] + IT_BW),
+        case("functional", "cm-read-lat-verify", ["--cm", "--op", "read", "--verify", "--sizes", "4K"] + IT_LAT),
+        case("functional", "cm-fadd-bw", ["--cm", "--op", "fadd", "--pattern", "bw", "--sizes", "8"] + IT_BW),
+        case("functional", "cm-uc-refused", ["--cm", "--qp-type", "uc", "--op", "send"] + IT_LAT, 2),
+    ]
+    return cs
+
+
+def error_cases() -> list[dict]:
+    base = ["--iters", "20", "--warmup", "2"]
+    return [
+        case("errors", "bad-device", ["--device", "mlx5_9"] + base, 2),
+        case("errors", "bad-port", ["--ib-port", "2"] + base, 2),
+        case("errors", "bad-gid-index", ["--gid-index", "1000"] + base, 2),
+        case("errors", "mtu-above-active", ["--mtu", "4096"] + base, 2),
+        case("errors", "cq-mod-above-depth", ["--pattern", "bw", "--cq-mod", "100", "--tx-depth", "16"] + base, 2),
+        case("errors", "memlock-too-low", ["--pattern", "bw", "--op", "write", "--sizes", "4M"] + base, 2,
+             prefix=DROP_IPC_LOCK),
+        # the same limit with CAP_IPC_LOCK (root): the kernel does not enforce it, nor do we
+        case("errors", "memlock-low-but-cap-ipc-lock", ["--pattern", "bw", "--op", "write", "--sizes", "4M"] + base,
+             0, prefix=["sh", "-c", 'ulimit -l 64 && exec "$@"', "sh"]),
+    ]
+
+
+def run_cases(cases: list[dict], out) -> None:
+    only = [x for x in os.environ.get("FS_CASES", "").split(",") if x]  # debugging: a subset
+    for c in cases:
+        if only and not any(o in c["name"] for o in only):
+            continue
+        tag = {k: v for k, v in c.items() if k not in ("section", "name", "args", "expect_rc", "prefix")}
+        engine_case(c["section"], c["name"], c["args"], expect_rc=c["expect_rc"], prefix=c.get("prefix"),
+                    out=out, tag=tag)
+
+
+# ---- bench: perftest vs fabscope ------------------------------------------------------------
+
+PERFTEST_PORT = 18515
+
+
+def gid_index() -> int:
+    """The RoCE v2 IPv4 GID perftest needs as -x: read only the first few entries (1024 sysfs
+    files take minutes under TCG)."""
+    base = f"/sys/class/infiniband/{DEV}/ports/1"
+    for i in range(16):
+        try:
+            gid = open(f"{base}/gids/{i}").read().strip()
+            typ = open(f"{base}/gid_attrs/types/{i}").read().strip()
+        except OSError:
+            continue
+        if gid.startswith("0000:0000:0000:0000:0000:ffff:") and "v2" in typ:
+            return i
+    return 1
+
+
+def port_listening(port: int) -> bool:
+    try:
+        out = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return any(re.search(rf":{port}\s", ln + " ") for ln in out.splitlines())
+
+
+def parse_perftest(text: str, lat: bool) -> dict:
+    res: dict = {}
+    m = re.search(r"TX depth\s*:\s*(\d+)", text)
+    if m:
+        res["tx_depth"] = int(m.group(1))
+    m = re.search(r"CQ Moderation\s*:\s*(\d+)", text)
+    if m:
+        res["cq_mod"] = int(m.group(1))
+    m = re.search(r"Inline data is used up to (\d+) bytes", text)
+    res["inline"] = int(m.group(1)) if m else 0
+    m = re.search(r"Mtu\s*:\s*(\d+)", text)
+    if m:
+        res["mtu"] = int(m.group(1))
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) >= 5 and f[0].isdigit() and f[1].isdigit():
+            try:
+                nums = [float(x) for x in f]
+            except ValueError:
+                continue
+            if lat and len(nums) >= 9:
+                res.update(size=int(nums[0]), iters=int(nums[1]), t_min=nums[2], t_max=nums[3],
+                           t_typical=nums[4], t_avg=nums[5], t_stdev=nums[6], p99=nums[7], p999=nums[8])
+            elif lat and len(nums) >= 6:
+                res.update(size=int(nums[0]), iters=int(nums[1]), t_min=nums[2], t_max=nums[3],
+                           t_typical=nums[4], t_avg=nums[5])
+            elif not lat:
+                res.update(size=int(nums[0]), iters=int(nums[1]), bw_peak_MBps=nums[2],
+                           bw_avg_MBps=nums[3], msg_rate_mpps=nums[4])
+    return res
+
+
+def perftest_run(tool: str, args: list[str], lat: bool) -> dict:
+    common = ["-d", DEV, "-x", str(gid_index()), "-p", str(PERFTEST_PORT)] + args
+    t0 = time.monotonic()
+    srv = subprocess.Popen([tool] + common, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    while not port_listening(PERFTEST_PORT):
+        if srv.poll() is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    try:
+        c = subprocess.run([tool] + common + ["127.0.0.1"], capture_output=True, text=True, timeout=300)
+        text, rc = c.stdout + c.stderr, c.returncode
+    except subprocess.TimeoutExpired:
+        text, rc = "client timed out", None
+    try:
+        srv_text = srv.communicate(timeout=40)[0]
+    except subprocess.TimeoutExpired:
+        srv.kill()
+        srv_text = srv.communicate()[0]
+    res = parse_perftest(text, lat)
+    res.update(rc=rc, elapsed_s=round(time.monotonic() - t0, 2), raw=text[-2500:], server_raw=srv_text[-800:])
+    return res
+
+
+LAT_P = ["-s", "8", "-n", "{lat_n}"]
+BW_P = ["-s", "65536", "-n", "{bw_n}"]
+BW_F = ["--pattern", "bw", "--sizes", "65536"]
+BENCH = [
+    # name, perftest tool, perftest args, fabscope args, lat?
+    ("send_lat", "ib_send_lat", LAT_P, ["--op", "send", "--sizes", "8"], True),
+    ("write_lat", "ib_write_lat", LAT_P, ["--op", "write", "--sizes", "8"], True),
+    ("read_lat", "ib_read_lat", LAT_P, ["--op", "read", "--sizes", "8"], True),
+    ("send_bw", "ib_send_bw", BW_P, ["--op", "send", *BW_F], False),
+    ("write_bw", "ib_write_bw", BW_P, ["--op", "write", *BW_F], False),
+    ("read_bw", "ib_read_bw", BW_P, ["--op", "read", *BW_F], False),
+    ("atomic_bw", "ib_atomic_bw", ["-n", "{bw_n}"], ["--op", "fadd", "--pattern", "bw", "--sizes", "8"], False),
+]
+# With server and client on the guest's single vCPU, two busy-polling processes take turns by
+# scheduler tick, which hides the transport; completion events (perftest -e, fabscope --poll
+# block) show it. Extra rows, same method.
+BENCH_EVENT = [
+    ("send_lat_event", "ib_send_lat", [*LAT_P, "-e"], ["--op", "send", "--sizes", "8"], True),
+    ("send_bw_event", "ib_send_bw", [*BW_P, "-e"], ["--op", "send", *BW_F], False),
+]
+
+
+def fabscope_args(name: str, fargs: list[str], lat: bool, n: int, settings: dict) -> list[str]:
+    """fabscope with the settings perftest printed: same depth, moderation and inline."""
+    extra = ["--iters", str(n), "--poll", "block" if name.endswith("_event") else "busy"]
+    if not lat:
+        depth = settings.get("tx_depth", 128)
+        extra += ["--tx-depth", str(depth), "--cq-mod", str(min(settings.get("cq_mod", 1), depth))]
+    if "read" not in name and "atomic" not in name:
+        extra += ["--inline", str(settings.get("inline", 0))]
+    return fargs + extra
+
+
+def bench(out, repeats: int = 3, lat_n: int = 1000, bw_n: int = 2000, only: list[str] | None = None) -> None:
+    for name, tool, pargs, fargs, lat in BENCH + BENCH_EVENT:
+        if only and name not in only:
+            continue
+        n = lat_n if lat else bw_n
+        pargs = [a.format(lat_n=lat_n, bw_n=bw_n) for a in pargs]
+        settings: dict = {}
+        for rep in range(repeats):
+            # alternate who goes first, so drift in the guest does not favour either tool; the
+            # very first run is perftest's, whose printed settings fabscope then uses
+            order = ("perftest", "fabscope") if rep % 2 == 0 else ("fabscope", "perftest")
+            for who in order:
+                if who == "perftest":
+                    pres = perftest_run(tool, pargs, lat)
+                    if not settings and pres.get("rc") == 0:
+                        settings = pres
+                    out.write(json.dumps({"section": "bench", "bench": name, "tool": "perftest", "rep": rep,
+                                          "cmd": tool, "args": pargs, **pres}) + "\n")
+                    out.flush()
+                    log(f"bench/{name} perftest rep {rep}: "
+                        f"{pres.get('t_typical', pres.get('msg_rate_mpps'))} rc={pres['rc']}")
+                else:
+                    engine_case("bench-fabscope", f"{name}-{rep}", fabscope_args(name, fargs, lat, n, settings),
+                                out=out, tag={"section": "bench", "bench": name, "tool": "fabscope", "rep": rep})
+
+
+# ---- wire (two guests, client side) ---------------------------------------------------------
+
+def wire_client(out, peer: str = "peer", port: int = 18515) -> None:
+    """Capture eth0 while fabscope writes 3 x MTU and MTU-sized messages to the server guest,
+    then decode the capture with tshark (BTH opcodes)."""
+    pcap = "/tmp/verbs-wire.pcapng"
+    cap = subprocess.Popen(["dumpcap", "-q", "-i", "eth0", "-f", "udp port 4791", "-w", pcap],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)  # dumpcap under TCG: let it open the interface
+    argv = [ENGINE, "--peer", f"{peer}:{port}", "--backend", "verbs", "--timeout", TIMEOUT,
+            "--op", "write", "--pattern", "bw", "--sizes", "1024,3072", "--iters", "20", "--warmup", "0"]
+    deadline = time.monotonic() + 60
+    while True:
+        c = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        if c.returncode != 3 or time.monotonic() > deadline:
+            break
+        time.sleep(2)  # the server guest may still be booting
+    time.sleep(2)
+    cap.terminate()
+    try:
+        cap.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        cap.kill()
+    # frame.protocols shows whether tshark decoded the BTH (RoCE v2 = InfiniBand over UDP 4791);
+    # the Info column names the opcode ("RC RDMA Write First QP=...")
+    dec = subprocess.run(["tshark", "-r", pcap, "-T", "fields", "-e", "frame.protocols", "-e", "udp.dstport",
+                          "-e", "frame.len", "-e", "_ws.col.Info"],
+                         capture_output=True, text=True, timeout=300)
+    rec = {"section": "wire", "case": "write-3mtu", "rc": c.returncode, "records": parse_lines(c.stdout),
+           "stderr": c.stderr[-2000:], "tshark_rc": dec.returncode, "tshark": dec.stdout[-60000:],
+           "tshark_err": dec.stderr[-2000:]}
+    out.write(json.dumps(rec) + "\n")
+    out.flush()
+    log(f"wire: engine rc={c.returncode}, tshark rc={dec.returncode}, {len(dec.stdout.splitlines())} packets")
+
+
+def main() -> int:
+    if len(sys.argv) < 2:
+        print(__doc__)
+        return 2
+    outdir = sys.argv[1]
+    os.makedirs(outdir, exist_ok=True)
+    sections = sys.argv[2:] or ["functional", "errors", "bench"]
+    env_only = os.environ.get("FS_BENCH_ONLY")
+    for s in sections:
+        with open(os.path.join(outdir, f"{s}.jsonl"), "a") as out:
+            t0 = time.monotonic()
+            if s == "functional":
+                run_cases(functional_cases(), out)
+            elif s == "errors":
+                run_cases(error_cases(), out)
+            elif s == "bench":
+                bench(out, repeats=int(os.environ.get("FS_BENCH_REPEATS", "3")),
+                      lat_n=int(os.environ.get("FS_BENCH_LAT_N", "1000")),
+                      bw_n=int(os.environ.get("FS_BENCH_BW_N", "2000")),
+                      only=env_only.split(",") if env_only else None)
+            elif s == "wire-client":
+                wire_client(out)
+            else:
+                log(f"unknown section {s}")
+                return 2
+            log(f"section {s} done in {time.monotonic() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
