@@ -66,7 +66,7 @@ def table(records: list[dict]) -> list[dict]:
             names.append(r["bench"])
     rows = []
     for name in names:
-        lat = name.endswith("_lat")
+        lat = "_lat" in name
         perf = [_perf_value(r, lat) for r in from_suite if r.get("bench") == name and r.get("tool") == "perftest"]
         fab = [_fab_value(r, lat) for r in from_suite if r.get("bench") == name and r.get("tool") == "fabscope"]
         perf_ok = [x for x in perf if x]

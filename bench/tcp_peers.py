@@ -63,6 +63,7 @@ BW_SIZE = 1 << 20
 GOAL_LAT = 1.0  # fabscope p50 / best peer, at most
 GOAL_BW = 1.0  # fabscope / qperf tcp_bw, at least
 DMA_LATENCY = "/dev/cpu_dma_latency"
+MIN_SAMPLES = 1000  # fewer latency samples than this in a run is flagged in the report
 
 # Metric keys: (tool, metric). Latency in microseconds (one-way = half round trip for all four
 # tools), bandwidth in MB/s with MB = 10^6 bytes (qperf and fabscope print decimal units;
@@ -191,10 +192,12 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
             continue
 
 
-def run_client(argv: Sequence[str], timeout: float) -> tuple[int, str, str, float]:
+def run_client(argv: Sequence[str], timeout: float, env: dict[str, str] | None = None) -> tuple[int, str, str, float]:
     """Runs one client to completion or kills it (and its children) at the deadline."""
     t0 = time.monotonic()
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -272,8 +275,9 @@ def parse_sockperf(text: str) -> dict[str, float]:
         "lat_p50_us": r"percentile\s+50\.000\s*=\s*([0-9.]+)",
         "lat_p99_us": r"percentile\s+99\.000\s*=\s*([0-9.]+)",
         "lat_min_us": r"<MIN>\s+observation\s*=\s*([0-9.]+)",
+        "lat_max_us": r"<MAX>\s+observation\s*=\s*([0-9.]+)",
         "lat_mean_us": r"avg-latency\s*=\s*([0-9.]+)",
-        "observations": r"Total\s+(\d+)\s+observations",
+        "samples": r"Total\s+(\d+)\s+observations",
     }
     out: dict[str, float] = {}
     for key, pat in pats.items():
@@ -345,6 +349,7 @@ class Config:
     fabscope: str
     duration: float
     hold: bool
+    engine: str | None = None  # FABSCOPE_ENGINE for fabscope runs: A/B of a patched engine
     timeout_margin: float = 20.0
 
 
@@ -381,7 +386,8 @@ def run_fabscope(cfg: Config, repeat: int, pattern: str, size: int, poll: str, t
         argv.append("--hold-cpu-latency")
 
     def go() -> Figures:
-        rc, out, err, secs = run_client(argv, cfg.duration + cfg.timeout_margin)
+        env = {**os.environ, "FABSCOPE_ENGINE": cfg.engine} if cfg.engine else None
+        rc, out, err, secs = run_client(argv, cfg.duration + cfg.timeout_margin, env)
         if rc != 0:
             raise BenchError(f"exit {rc}: {tail(err)}")
         rec = parse_fabscope(out, size)
@@ -398,11 +404,12 @@ def run_fabscope(cfg: Config, repeat: int, pattern: str, size: int, poll: str, t
         values: dict[str, float] = {}
         if pattern == "lat":
             lat = rec.get("latency_us") or {}
-            for k in ("p50", "mean", "min", "p99"):
+            for k in ("p50", "mean", "min", "p99", "max"):
                 if isinstance(lat.get(k), int | float):
                     values[f"lat_{k}_us"] = float(lat[k])
             if "lat_p50_us" not in values:
                 raise BenchError("fabscope lat record without latency_us.p50")
+            values["samples"] = float(lat.get("samples") or rec.get("iterations") or 0)
         else:
             if not isinstance(rec.get("bandwidth_MBps"), int | float):
                 raise BenchError("fabscope bw record without bandwidth_MBps")
@@ -445,26 +452,28 @@ def run_sockperf(cfg: Config, repeat: int) -> Measurement:
     return measure("sockperf", repeat, cli, go)
 
 
-def run_qperf(cfg: Config, repeat: int) -> Measurement:
+def run_qperf(cfg: Config, repeat: int, test: str) -> Measurement:
+    """One qperf test (tcp_lat or tcp_bw) against its own server, so a failure of one keeps the other."""
     port = free_port()
     # qperf's server has no bind-address option: it listens on every address for the run, but
     # the client only ever connects to 127.0.0.1. It has no busy-poll mode for sockets (-cp is
-    # for RDMA completion queues only).
+    # for RDMA completion queues only). -to 15: its default 5 s exchange timeout fails under the
+    # CPU starvation this shared machine sees ("failed to receive synchronization after test").
     srv = ["qperf", "-lp", str(port)]
-    secs_each = str(max(1, round(cfg.duration)))
-    cli = ["qperf", HOST, "-lp", str(port), "-t", secs_each, "-m", str(LAT_SIZE), "tcp_lat", "-m", str(BW_SIZE), "tcp_bw"]
+    size, metric = (LAT_SIZE, "lat_mean_us") if test == "tcp_lat" else (BW_SIZE, "bw_MBps")
+    cli = ["qperf", HOST, "-lp", str(port), "-to", "15", "-t", str(max(1, round(cfg.duration))), "-m", str(size), test]
 
     def go() -> Figures:
         with server(srv, port), hold_cpu_latency(cfg.hold) as held:
-            rc, out, err, secs = run_client(client_argv(cli), 2 * cfg.duration + cfg.timeout_margin)
+            rc, out, err, secs = run_client(client_argv(cli), cfg.duration + cfg.timeout_margin)
         if rc != 0:
             raise BenchError(f"qperf exit {rc}: {tail(out + err)}")
         values = parse_qperf(out)
-        if set(values) != {"lat_mean_us", "bw_MBps"}:
-            raise BenchError(f"qperf: missing tcp_lat latency or tcp_bw bw in:\n{tail(out + err, 12)}")
+        if metric not in values:
+            raise BenchError(f"qperf {test}: no result in:\n{tail(out + err, 12)}")
         return values, {"cpu_dma_latency_held": held}, secs
 
-    return measure("qperf", repeat, cli, go)
+    return measure(f"qperf {test}", repeat, cli, go)
 
 
 def run_iperf3(cfg: Config, repeat: int) -> Measurement:
@@ -489,12 +498,15 @@ def run_iperf3(cfg: Config, repeat: int) -> Measurement:
 # Report
 
 
-def collect(ms: list[Measurement]) -> dict[tuple[str, str], list[float]]:
-    series: dict[tuple[str, str], list[float]] = {}
+Series = dict[tuple[str, str], dict[int, float]]  # (tool, metric) -> {repeat: value}
+
+
+def collect(ms: list[Measurement]) -> Series:
+    series: Series = {}
 
     def add(key: tuple[str, str], m: Measurement, metric: str) -> None:
         if m.error is None and metric in m.values:
-            series.setdefault(key, []).append(m.values[metric])
+            series.setdefault(key, {})[m.repeat] = m.values[metric]
 
     for m in ms:
         if m.tool == "fabscope lat":
@@ -506,16 +518,32 @@ def collect(ms: list[Measurement]) -> dict[tuple[str, str], list[float]]:
             add(FAB_BW, m, "bw_MBps")
         elif m.tool == "sockperf":
             add(SOCKPERF_LAT, m, "lat_p50_us")
-        elif m.tool == "qperf":
+        elif m.tool == "qperf tcp_lat":
             add(QPERF_LAT, m, "lat_mean_us")
+        elif m.tool == "qperf tcp_bw":
             add(QPERF_BW, m, "bw_MBps")
         elif m.tool == "iperf3":
             add(IPERF_BW, m, "bw_MBps")
     return series
 
 
-def summarize(series: dict[tuple[str, str], list[float]]) -> dict[str, Any]:
-    med = {k: statistics.median(v) for k, v in series.items() if v}
+def _paired(series: Series, a: tuple[str, str], peers: Sequence[tuple[str, str]]) -> float | None:
+    """Median over repeats of a / (best of peers in the SAME repeat). Load on this machine drifts
+    over minutes; tools measured seconds apart in one round see nearly the same load, so this
+    ratio is steadier than the ratio of medians. "Best" = lowest for latency, highest for bw."""
+    lat = a[1].startswith("lat")
+    ratios = []
+    for rep, va in series.get(a, {}).items():
+        vals = [series[p][rep] for p in peers if rep in series.get(p, {})]
+        if vals:
+            ref = min(vals) if lat else max(vals)
+            if ref > 0:
+                ratios.append(va / ref)
+    return statistics.median(ratios) if ratios else None
+
+
+def summarize(series: Series) -> dict[str, Any]:
+    med = {k: statistics.median(v.values()) for k, v in series.items() if v}
 
     def ratio(a: tuple[str, str], b: tuple[str, str]) -> float | None:
         return med[a] / med[b] if a in med and b in med and med[b] > 0 else None
@@ -532,6 +560,14 @@ def summarize(series: dict[tuple[str, str], list[float]]) -> dict[str, Any]:
             "lat fabscope(block)/qperf": ratio(FAB_LAT_BLOCK, QPERF_LAT),
             "bw fabscope/qperf": bw_ratio,
             "bw fabscope/iperf3": ratio(FAB_BW, IPERF_BW),
+        },
+        "paired_ratios": {
+            "lat fabscope/sockperf": _paired(series, FAB_LAT, [SOCKPERF_LAT]),
+            "lat fabscope/qperf": _paired(series, FAB_LAT, [QPERF_LAT]),
+            "lat fabscope/best peer": _paired(series, FAB_LAT, [SOCKPERF_LAT, QPERF_LAT]),
+            "lat fabscope(block)/qperf": _paired(series, FAB_LAT_BLOCK, [QPERF_LAT]),
+            "bw fabscope/qperf": _paired(series, FAB_BW, [QPERF_BW]),
+            "bw fabscope/iperf3": _paired(series, FAB_BW, [IPERF_BW]),
         },
         "goals": {
             "lat": {
@@ -553,33 +589,48 @@ def fmt(v: float | None, digits: int = 2) -> str:
     return "n/a" if v is None else f"{v:.{digits}f}"
 
 
-def render(series: dict[tuple[str, str], list[float]], summary: dict[str, Any], out: TextIO) -> None:
+def render(series: Series, summary: dict[str, Any], repeats: int, out: TextIO) -> None:
     """Markdown tables: readable in a terminal, pasteable into RESULTS.md."""
     rows = [
-        ("TCP 8 B latency p50, busy poll (us)", FAB_LAT),
-        ("TCP 8 B latency mean, busy poll (us)", FAB_LAT_MEAN),
-        ("TCP 8 B latency p50, --poll block (us)", FAB_LAT_BLOCK),
-        ("TCP 14 B latency p50, --nonblocked (us)", SOCKPERF_LAT),
-        ("TCP 8 B latency MEAN, blocking (us)", QPERF_LAT),
-        ("TCP 1 MiB bandwidth, receiver, --poll block (MB/s)", FAB_BW),
-        ("TCP 1 MiB bandwidth, receiver (MB/s)", QPERF_BW),
-        ("TCP 1 MiB bandwidth, receiver (MB/s)", IPERF_BW),
+        ("8 B latency p50, busy poll (us)", FAB_LAT),
+        ("8 B latency mean, busy poll (us)", FAB_LAT_MEAN),
+        ("8 B latency p50, --poll block (us)", FAB_LAT_BLOCK),
+        ("14 B latency p50, --nonblocked = busy (us)", SOCKPERF_LAT),
+        ("8 B latency MEAN, blocking (us)", QPERF_LAT),
+        ("1 MiB bw at receiver, --poll block (MB/s)", FAB_BW),
+        ("1 MiB bw at receiver (MB/s)", QPERF_BW),
+        ("1 MiB bw at receiver (MB/s)", IPERF_BW),
     ]
     out.write("| tool | measure | per repeat | median |\n|---|---|---|---|\n")
     for label, key in rows:
-        vals = series.get(key, [])
-        per = " ".join(fmt(v, 1) for v in vals) or "(failed)"
-        med = fmt(statistics.median(vals), 2) if vals else "n/a"
+        vals = series.get(key, {})
+        per = " / ".join(fmt(vals.get(r), 1) for r in range(1, repeats + 1))
+        med = fmt(statistics.median(vals.values()), 2) if vals else "n/a"
         out.write(f"| {key[0]} | {label} | {per} | {med} |\n")
-    out.write("\n| ratio of medians | value | goal | verdict |\n|---|---|---|---|\n")
-    r, g = summary["ratios"], summary["goals"]
-    lat_goal = f"<= {GOAL_LAT} vs best peer ({g['lat']['best_peer'] or 'none'})"
-    out.write(f"| lat fabscope p50 / sockperf p50 | {fmt(r['lat fabscope/sockperf'])} | | |\n")
-    out.write(f"| lat fabscope p50 / qperf tcp_lat (mean) | {fmt(r['lat fabscope/qperf'])} | | |\n")
-    out.write(f"| lat fabscope p50 / best peer | {fmt(g['lat']['ratio'])} | {lat_goal} | {g['lat']['verdict']} |\n")
-    out.write(f"| lat fabscope --poll block p50 / qperf tcp_lat (info) | {fmt(r['lat fabscope(block)/qperf'])} | | |\n")
-    out.write(f"| bw fabscope / qperf tcp_bw | {fmt(r['bw fabscope/qperf'])} | >= {GOAL_BW} | {g['bw']['verdict']} |\n")
-    out.write(f"| bw fabscope / iperf3 (info) | {fmt(r['bw fabscope/iperf3'])} | | |\n")
+    r, p, g = summary["ratios"], summary["paired_ratios"], summary["goals"]
+    out.write("\n| ratio | of medians | median of per-round ratios | goal | verdict |\n|---|---|---|---|---|\n")
+    lines = [
+        ("lat fabscope p50 / sockperf p50", r["lat fabscope/sockperf"], p["lat fabscope/sockperf"], "", ""),
+        ("lat fabscope p50 / qperf tcp_lat (mean)", r["lat fabscope/qperf"], p["lat fabscope/qperf"], "", ""),
+        (
+            "**lat fabscope p50 / best peer**",
+            g["lat"]["ratio"],
+            p["lat fabscope/best peer"],
+            f"<= {GOAL_LAT} (best: {g['lat']['best_peer'] or 'none'})",
+            f"**{g['lat']['verdict']}**",
+        ),
+        ("lat fabscope --poll block p50 / qperf (info)", r["lat fabscope(block)/qperf"], p["lat fabscope(block)/qperf"], "", ""),
+        (
+            "**bw fabscope / qperf tcp_bw**",
+            r["bw fabscope/qperf"],
+            p["bw fabscope/qperf"],
+            f">= {GOAL_BW}",
+            f"**{g['bw']['verdict']}**",
+        ),
+        ("bw fabscope / iperf3 (info)", r["bw fabscope/iperf3"], p["bw fabscope/iperf3"], "", ""),
+    ]
+    for name, a, b, goal, verdict in lines:
+        out.write(f"| {name} | {fmt(a)} | {fmt(b)} | {goal} | {verdict} |\n")
 
 
 # --------------------------------------------------------------------------------------------
@@ -614,6 +665,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="rounds of all tools (>= 3; default 3)")
     ap.add_argument("--duration", type=float, default=3.0, help="seconds per measurement (default 3)")
     ap.add_argument("--fabscope", default=str(REPO / ".venv" / "bin" / "fabscope"), help="fabscope CLI")
+    ap.add_argument("--engine", help="fabscope-engine binary to use (sets FABSCOPE_ENGINE), e.g. a patched build")
     ap.add_argument("--json", type=Path, help="write every raw figure, command and the machine state here")
     ap.add_argument(
         "--no-hold-cpu-latency", dest="hold", action="store_false", help="do not hold /dev/cpu_dma_latency at 0 (for any tool)"
@@ -626,7 +678,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--repeats must be at least 3: a median of fewer runs on a shared machine means little")
     if not 1 <= args.duration <= 60:
         ap.error("--duration must be between 1 and 60 seconds")
-    cfg = Config(fabscope=args.fabscope, duration=args.duration, hold=args.hold)
+    cfg = Config(fabscope=args.fabscope, duration=args.duration, hold=args.hold, engine=args.engine)
     # SIGTERM unwinds like Ctrl-C, so the `finally` blocks kill every server we started.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
     try:
@@ -646,7 +698,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     if args.block_lat:
         steps.append(lambda rep: run_fabscope(cfg, rep, "lat", LAT_SIZE, "block", "fabscope lat block"))
-    steps += [lambda rep: run_sockperf(cfg, rep), lambda rep: run_qperf(cfg, rep), lambda rep: run_iperf3(cfg, rep)]
+    steps += [
+        lambda rep: run_sockperf(cfg, rep),
+        lambda rep: run_qperf(cfg, rep, "tcp_lat"),
+        lambda rep: run_qperf(cfg, rep, "tcp_bw"),
+        lambda rep: run_iperf3(cfg, rep),
+    ]
     for rep in range(1, args.repeats + 1):
         for step in steps:
             m = step(rep)
@@ -668,10 +725,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{'yes' if cfg.hold else 'NO'}; CPU {before['cpu_model']} x{before['cpus']}; kernel {before['kernel']}"
     )
     print(f"load average before: {before['loadavg']}; after: {after['loadavg']}\n")
-    render(series, summary, sys.stdout)
+    render(series, summary, args.repeats, sys.stdout)
     g = summary["goals"]
     print(f"\nGOAL latency p50 <= best peer: {g['lat']['verdict']}  (ratio {fmt(g['lat']['ratio'])})")
     print(f"GOAL 1 MiB bandwidth >= qperf tcp_bw: {g['bw']['verdict']}  (ratio {fmt(g['bw']['ratio'])})")
+    # A 3 s ping-pong should collect >100k samples; a few hundred means the process was starved
+    # of CPU for most of the run and its p50 is close to meaningless.
+    thin = [m for m in ms if m.error is None and 0 < m.values.get("samples", MIN_SAMPLES) < MIN_SAMPLES]
+    for m in thin:
+        print(
+            f"note: {m.tool} repeat {m.repeat} has only {m.values['samples']:.0f} samples "
+            f"(max {m.values.get('lat_max_us', 0) / 1e3:.0f} ms): starved of CPU; read its figure with care"
+        )
     failed = [m for m in ms if m.error]
     for m in failed:
         print(f"\nfailed: {m.tool} (repeat {m.repeat}): {m.command}\n{m.error}", file=sys.stderr)
@@ -685,6 +750,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "repeats": args.repeats,
             "duration_s": args.duration,
             "cpu_dma_latency_held": cfg.hold,
+            "engine": cfg.engine or "default (FABSCOPE_ENGINE unset: the .venv install)",
             "pinning": {"server_cpu": SERVER_CPU, "client_cpu": CLIENT_CPU},
             "machine_before": before,
             "machine_after": after,

@@ -10,6 +10,8 @@ from typing import Any, NoReturn
 from . import __version__, control
 from .errors import EXIT_MISROUTED, EXIT_OK, EXIT_USAGE, FabscopeError
 
+DELEGATED = ("devices", "doctor", "testbed")
+
 # Engine options the CLI manages itself (modes, output, the control socket).
 CLI_MANAGED = {"peer", "listen", "control-fd", "session-open", "format", "options-json", "list-backends", "help"}
 
@@ -202,6 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         # Only `run` needs the engine's option table; other commands work without an engine.
+        if argv and argv[0] in DELEGATED:
+            # These parse their own arguments (argparse's REMAINDER would drop leading options).
+            return _delegate(argv[0], argv[1:])
         parser = build_parser(with_engine=bool(argv) and argv[0] == "run")
         ns = parser.parse_args(argv)
         if ns.func is None:

@@ -66,12 +66,12 @@ class Server:
 
     def _handle(self, conn: socket.socket, addr: str) -> None:
         try:
-            control.send(conn, control.server_hello(["engine"]), HELLO_TIMEOUT_S)
+            control.send(conn, control.server_hello(["engine", "doctor"]), HELLO_TIMEOUT_S)
             hello = control.recv(conn, HELLO_TIMEOUT_S, f"client {addr}")
             if hello.get("type") != "hello":
                 raise FabscopeError(f"client {addr} did not say hello", EXIT_PEER)
             control.check_proto(hello, f"client {addr}")
-            if hello.get("service") != "engine":
+            if hello.get("service") not in ("engine", "doctor"):
                 raise FabscopeError(f"service {hello.get('service')!r} is not offered here", EXIT_PEER)
         except FabscopeError as exc:
             print(f"fabscope serve: {exc.message}", file=sys.stderr)
@@ -86,7 +86,11 @@ class Server:
             conn.close()
             return
         fd = conn.fileno()
-        cmd = [str(engine_path()), "--control-fd", str(fd), "--session-open", "1", *self.engine_args]
+        if hello.get("service") == "doctor":
+            # A child like an engine run: this host stays "busy" while its checks run.
+            cmd = [sys.executable, "-m", "fabscope.doctor.peer", str(fd)]
+        else:
+            cmd = [str(engine_path()), "--control-fd", str(fd), "--session-open", "1", *self.engine_args]
         self.child = subprocess.Popen(cmd, pass_fds=[fd], stdout=subprocess.DEVNULL)
         conn.close()  # the engine owns the connection now
         self.runs += 1

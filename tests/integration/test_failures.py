@@ -153,3 +153,27 @@ def test_usage_errors_exit_2_without_traceback() -> None:
         assert "Traceback" not in out.stderr
     out = fabscope("run", "--loopback", "--device", "nosuch0")
     assert "nosuch0" in out.stderr and "lo" in out.stderr  # names what exists
+
+
+def test_doctor_peer_runs_the_checks_on_both_hosts_through_serve() -> None:
+    port = free_port()
+    serve = subprocess.Popen([sys.executable, "-m", "fabscope", "serve", "--port", str(port)],
+                             stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        time.sleep(0.5)
+        out = fabscope("doctor", "--json", "--peer", f"127.0.0.1:{port}", timeout=180)
+        assert out.returncode in (0, 1, 7), out.stderr
+        both = json.loads(out.stdout)
+        assert both["schema"] == "fabscope.doctor-pair/1"
+        assert both["peer"]["findings"] and both["local"]["findings"]
+        # Same host on both ends: the cross-host comparison finds no version difference.
+        assert not [f for f in both["local"]["findings"] if f["id"].startswith("crosshost") and f["severity"] != "ok"]
+    finally:
+        serve.terminate()
+        serve.wait(timeout=10)
+
+
+def test_doctor_peer_missing_is_exit_3() -> None:
+    out = fabscope("doctor", "--peer", f"127.0.0.1:{free_port()}")
+    assert out.returncode == 3
+    assert "fabscope serve" in out.stderr

@@ -210,6 +210,23 @@ def test_error_messages(guest: dict[str, Any], name: str) -> None:
     assert errs and errs[0]["exit_code"] == 2
 
 
+def test_gid_mismatch_is_explained(guest: dict[str, Any]) -> None:
+    """One side on the link-local GID, the other on the IPv4 one (perftest users' `-x` guess).
+    rxe may or may not carry it; when it fails, the message must say why, not "status 12"."""
+    if "errors" not in guest["sections"]:
+        pytest.skip("errors section not run")
+    rec = _get(guest, "gid-kind-mismatch")
+    if rec["rc"] == 0:
+        gids = [r["transport"]["local"]["gid"]["index"] for r in _results(rec)]
+        assert gids == [0], gids
+        return
+    assert rec["rc"] in (3, 4), _explain(rec)
+    text = rec["stderr"] + rec["server_stderr"]
+    assert "GID index 0" in text or "gid" in text.lower(), text
+    if "status 12" in text:
+        assert "did not acknowledge" in text and "UDP port 4791" in text
+
+
 def test_memlock_with_cap_ipc_lock_runs(guest: dict[str, Any]) -> None:
     if "errors" not in guest["sections"]:
         pytest.skip("errors section not run")
@@ -254,11 +271,21 @@ def wire(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     for side in ("server", "client"):
         guest_engine(out / side / "bin")
     server = ["/out/bin/fabscope-engine", "--listen", "0.0.0.0:18515", "--backend", "verbs", "--timeout", "120"]
+    rc = None
     with open(out / "console.log", "w") as console:
-        rc = softroce.run(["env", "FS_ENGINE=/out/bin/fabscope-engine", "python3",
-                           "/fabscope/tests/softroce/verbs_suite.py", "/out/res", "wire-client"],
-                          two_guests=True, server_cmd=server, out_dir=out, timeout_s=900,
-                          stdout=console, stderr=console)
+        for attempt in range(2):
+            try:
+                rc = softroce.run(["env", "FS_ENGINE=/out/bin/fabscope-engine", "python3",
+                                   "/fabscope/tests/softroce/verbs_suite.py", "/out/res", "wire-client"],
+                                  two_guests=True, server_cmd=server, out_dir=out, timeout_s=900,
+                                  stdout=console, stderr=console)
+                break
+            except softroce.SoftRoceError as e:
+                # Seen here: a guest kernel panics at boot with "IO-APIC + timer doesn't work"
+                # when the host is loaded (TCG timer check); that is the testbed, not verbs.
+                if attempt or "IO-APIC" not in str(e):
+                    raise
+                console.write(f"retrying after a guest boot failure: {e}\n")
     recs = _load(out / "client" / "res" / "wire-client.jsonl")
     return {"rc": rc, "rec": recs[0] if recs else None, "out": out}
 

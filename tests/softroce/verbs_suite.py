@@ -190,6 +190,8 @@ def error_cases() -> list[dict]:
         case("errors", "cq-mod-above-depth", ["--pattern", "bw", "--cq-mod", "100", "--tx-depth", "16"] + base, 2),
         case("errors", "memlock-too-low", ["--pattern", "bw", "--op", "write", "--sizes", "4M"] + base, 2,
              prefix=DROP_IPC_LOCK),
+        # client on the link-local GID, server on the IPv4 one: the classic "-x" mismatch
+        case("errors", "gid-kind-mismatch", ["--gid-index", "0", "--op", "send", "--timeout", "15"] + base, 3),
         # the same limit with CAP_IPC_LOCK (root): the kernel does not enforce it, nor do we
         case("errors", "memlock-low-but-cap-ipc-lock", ["--pattern", "bw", "--op", "write", "--sizes", "4M"] + base,
              0, prefix=["sh", "-c", 'ulimit -l 64 && exec "$@"', "sh"]),
@@ -242,7 +244,7 @@ def parse_perftest(text: str, lat: bool) -> dict:
     m = re.search(r"CQ Moderation\s*:\s*(\d+)", text)
     if m:
         res["cq_mod"] = int(m.group(1))
-    m = re.search(r"Inline data is used up to (\d+) bytes", text)
+    m = re.search(r"Max inline data\s*:\s*(\d+)", text) or re.search(r"Inline data is used up to (\d+) bytes", text)
     res["inline"] = int(m.group(1)) if m else 0
     m = re.search(r"Mtu\s*:\s*(\d+)", text)
     if m:

@@ -366,10 +366,12 @@ static int open_cq(struct ofi *f, struct fs_err *err)
 {
     struct fi_cq_attr ca = {.format = FI_CQ_FORMAT_MSG,
                             .size = (size_t)(f->ntx + OFI_MAX_RX + 64),
-                            .wait_obj = f->block ? FI_WAIT_UNSPEC : FI_WAIT_NONE};
+                            .wait_obj = f->block ? FI_WAIT_FD : FI_WAIT_NONE};
     int rc = fi_cq_open(f->domain, &ca, &f->cq, NULL);
     if (rc && f->block) {
-        /* No wait object in this provider: progress busily and say so in the result. */
+        /* Block mode asks for a file-descriptor wait object: the generic one (FI_WAIT_UNSPEC)
+         * is a sched_yield spin in some providers (shm) that outlived its timeout here. No fd
+         * wait object in this provider: progress busily and say so in the result. */
         ca.wait_obj = FI_WAIT_NONE;
         rc = fi_cq_open(f->domain, &ca, &f->cq, NULL);
         f->cq_waitable = 0;

@@ -1018,6 +1018,22 @@ static void parse_ep_info(const char *text, uint64_t size, enum fs_op op, cJSON 
     }
 }
 
+/* Lanes of any UCP endpoint (also one that Open MPI's pml ucx created): used by the mpi backend
+ * to say which UCX transports carried MPI's bytes. */
+void fs_ucx_describe_ep(void *ep, uint64_t size, cJSON *o);
+void fs_ucx_describe_ep(void *ep, uint64_t size, cJSON *o)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return;
+    ucp_ep_print_info((ucp_ep_h)ep, f);
+    fclose(f);
+    parse_ep_info(text, size, FS_OP_TAG, o);
+    free(text);
+}
+
 static void ucx_describe(void *be, cJSON *o)
 {
     struct ucx *u = be;

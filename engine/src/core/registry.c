@@ -12,6 +12,9 @@ extern const struct fs_backend_ops fs_backend_ucx;
 #ifdef FS_HAVE_OFI
 extern const struct fs_backend_ops fs_backend_ofi;
 #endif
+#ifdef FS_HAVE_MPI
+extern const struct fs_backend_ops fs_backend_mpi;
+#endif
 
 /* Compiled-in backends: each one exists only where its library was found at build time. */
 static const struct fs_backend_ops *const all[] = {
@@ -24,6 +27,9 @@ static const struct fs_backend_ops *const all[] = {
 #endif
 #ifdef FS_HAVE_OFI
     &fs_backend_ofi,
+#endif
+#ifdef FS_HAVE_MPI
+    &fs_backend_mpi, /* only in fabscope-engine-mpi-*: MPI must be initialised by its main */
 #endif
 };
 

@@ -10,6 +10,7 @@ message and give EXIT_USAGE (2), never a traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,6 +68,8 @@ def main_doctor(argv: Sequence[str] | None = None) -> int:
     parser = _common("fabscope doctor", "check this host for known RDMA/HPC pitfalls, each with the fix")
     parser.add_argument("--expect-link-layer", choices=["InfiniBand", "Ethernet"], default=None,
                         help="report an error for any RDMA port with the other link layer")
+    parser.add_argument("--peer", metavar="HOST[:PORT]", default=None,
+                        help="also run the checks on a host running `fabscope serve`, and compare the two hosts")
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
         root = sysfs_root_from_env(args.sysfs_root)
@@ -75,6 +78,23 @@ def main_doctor(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
     ctx = Context(sysfs_root=root, expected_link_layer=args.expect_link_layer)
-    report = run_doctor(ctx)
-    sys.stdout.write(report.to_json() + "\n" if args.json else render_report(report))
-    return report.exit_code
+    if args.peer is None:
+        report = run_doctor(ctx)
+        sys.stdout.write(report.to_json() + "\n" if args.json else render_report(report))
+        return report.exit_code
+    from fabscope.doctor.peer import fetch, report_from_dict
+    from fabscope.errors import FabscopeError
+
+    try:
+        peer_report, peer_facts = fetch(args.peer)
+    except FabscopeError as exc:
+        print(f"fabscope doctor: {exc.message}", file=sys.stderr)
+        return exc.exit_code
+    report = run_doctor(ctx, peer_facts=peer_facts)
+    peer = report_from_dict(peer_report)
+    if args.json:
+        both = {"schema": "fabscope.doctor-pair/1", "local": report.to_dict(), "peer": peer.to_dict()}
+        sys.stdout.write(json.dumps(both, indent=2) + "\n")
+    else:
+        sys.stdout.write(render_report(report) + "\n" + render_report(peer))
+    return max(report.exit_code, peer.exit_code, key=lambda c: (c != 0, c))

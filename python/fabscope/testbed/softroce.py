@@ -823,6 +823,7 @@ class _Guest:
                         self.tail.append(before)
                     now = time.monotonic() - self.started
                     event = m[1] if m[1] is not None else "boot-error:" + m[2]
+                    self.tail.append(f"[testbed {now:.1f} s: {event}]")
                     kind, _, arg = event.partition(":")
                     self.events.setdefault(arg.split(":")[0] if kind == "stage" else kind, now)
                     if kind == "begin":
@@ -943,9 +944,14 @@ def _qemu_argv(
     qemu: str, img: Image, repo: Path, ctl: Path, out: Path, netdev: str, mac: str
 ) -> list[str]:
     accel = os.environ.get("FABSCOPE_QEMU_ACCEL", "tcg")
+    # quiet: the console carries the command's output. panic=-1 with qemu's
+    # -no-reboot: if init dies, qemu exits at once instead of hanging until the
+    # deadline. fsck.mode=skip: the image is read-only to us anyway.
+    # mitigations=off, no_timer_check: a throw-away test guest; both save boot
+    # time under TCG (the IO-APIC timer check also fails noisily under PVH).
     cmdline = (
         "console=ttyS0 root=/dev/vda rw rootfstype=ext4 init=/sbin/fabscope-init "
-        "panic=-1 quiet fsck.mode=skip mitigations=off"
+        "panic=-1 quiet fsck.mode=skip mitigations=off no_timer_check"
     )
 
     def share(path: Path, tag: str, readonly: bool) -> list[str]:
@@ -1069,21 +1075,8 @@ def run(
             )
             (out / "server").mkdir(exist_ok=True)
             (out / "client").mkdir(exist_ok=True)
-            port = _free_port()
             guests.append(server)
-            _start(server, _qemu_argv(qemu, img, repo, server.ctl, out / "server",
-                                      f"socket,id=n0,listen=127.0.0.1:{port}", "52:54:00:77:00:01"))
-            listen_deadline = min(deadline, time.monotonic() + 30)
-            while not _listening(port):
-                if not server.alive():
-                    raise SoftRoceError(
-                        f"the server qemu exited before listening on 127.0.0.1:{port}:\n{server.tail_text()}"
-                    )
-                if time.monotonic() > listen_deadline:
-                    raise SoftRoceError(
-                        f"the server qemu did not listen on 127.0.0.1:{port} within 30 s:\n{server.tail_text()}"
-                    )
-                time.sleep(0.05)
+            port = _start_listening_server(server, qemu, img, repo, out / "server", deadline)
             guests.append(client)
             _start(client, _qemu_argv(qemu, img, repo, client.ctl, out / "client",
                                       f"socket,id=n0,connect=127.0.0.1:{port}", "52:54:00:77:00:02"))
@@ -1106,6 +1099,36 @@ def run(
             log.info("consoles and qemu logs kept in %s (FABSCOPE_SOFTROCE_KEEP is set)", rundir)
         elif ok:
             shutil.rmtree(rundir, ignore_errors=True)
+
+
+def _start_listening_server(server: _Guest, qemu: str, img: Image, repo: Path, out: Path, deadline: float) -> int:
+    """Start the server qemu listening on a free 127.0.0.1 port; return the port.
+
+    The port is free when picked but another process may take it before qemu
+    binds it (parallel runs in CI): then qemu exits at once and we pick again.
+    """
+    for attempt in range(1, 4):
+        port = _free_port()
+        _start(server, _qemu_argv(qemu, img, repo, server.ctl, out,
+                                  f"socket,id=n0,listen=127.0.0.1:{port}", "52:54:00:77:00:01"))
+        listen_deadline = min(deadline, time.monotonic() + 30)
+        while not _listening(port):
+            if not server.alive():
+                server.kill()  # reap, join the reader
+                if "Address already in use" in _tail_file(server.qemu_log) and attempt < 3:
+                    log.info("127.0.0.1:%d was taken before qemu bound it; picking another port", port)
+                    break
+                raise SoftRoceError(
+                    f"the server qemu exited before listening on 127.0.0.1:{port}:\n{server.tail_text()}"
+                )
+            if time.monotonic() > listen_deadline:
+                raise SoftRoceError(
+                    f"the server qemu did not listen on 127.0.0.1:{port} within 30 s:\n{server.tail_text()}"
+                )
+            time.sleep(0.05)
+        else:
+            return port
+    raise SoftRoceError("could not start the server qemu on a free 127.0.0.1 port in 3 attempts")
 
 
 def _wait_client(
@@ -1285,18 +1308,21 @@ def _manifest_version(img: Image, pkg: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
+    # Common options belong to every subcommand, so `run -v` and `build --cache-dir D` both work.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--cache-dir", type=Path, default=None,
+                        help="image cache (default ${FABSCOPE_CACHE:-/var/cache/fabscope}/softroce)")
+    common.add_argument("-v", "--verbose", action="store_true", help="progress and timings on stderr")
     p = argparse.ArgumentParser(
         prog="fabscope testbed softroce",
         description="Soft-RoCE testbed: qemu guest(s) with a real rdma_rxe verbs device.",
     )
-    p.add_argument("--cache-dir", type=Path, default=None,
-                   help="image cache (default ${FABSCOPE_CACHE:-/var/cache/fabscope}/softroce)")
-    p.add_argument("-v", "--verbose", action="store_true", help="progress and timings on stderr")
     sub = p.add_subparsers(dest="action", required=True)
-    b = sub.add_parser("build", help="build the guest image (cached; a changed recipe rebuilds)")
+    b = sub.add_parser("build", parents=[common],
+                       help="build the guest image (cached; a changed recipe rebuilds)")
     b.add_argument("--force", action="store_true", help="rebuild even if a cached image exists")
     b.add_argument("--siw", action="store_true", help="also build siw.ko (iWARP) for the guest kernel")
-    r = sub.add_parser("run", help="boot the guest(s) and run CMD inside; exit with its status")
+    r = sub.add_parser("run", parents=[common], help="boot the guest(s) and run CMD inside; exit with its status")
     r.add_argument("--two-guests", action="store_true",
                    help="server guest + client guest joined by a qemu socket link on 127.0.0.1")
     r.add_argument("--siw", action="store_true", help="siw0 (soft iWARP) instead of rxe0")
@@ -1307,10 +1333,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="host directory mounted read-write at /out in the guest(s)")
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
-    c = sub.add_parser("capture-sysfs", help="copy the guest's rxe0/eth0 sysfs into a fixture dir")
+    c = sub.add_parser("capture-sysfs", parents=[common], help="copy the guest's rxe0/eth0 sysfs into a fixture dir")
     c.add_argument("dest", type=Path, nargs="?", default=None,
                    help="default: tests/fixtures/sysfs/rxe-qemu in the repo")
-    sub.add_parser("info", help="show the cache directory, recipe key and the cached image")
+    sub.add_parser("info", parents=[common], help="show the cache directory, recipe key and the cached image")
     return p
 
 

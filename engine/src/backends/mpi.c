@@ -1,0 +1,460 @@
+/* MPI backend: point-to-point between ranks 0 and 1 of MPI_COMM_WORLD, as MPI users see it, with
+ * the same timing loop as every other transport. Built only into fabscope-engine-mpi-<flavor>,
+ * whose main initialises MPI and runs rank 1 as the server and rank 0 as the client.
+ *
+ * Every result says which components MPI really selected, read from the library at run time
+ * (Open MPI: the pml/mtl selected and the btls of the peer's endpoint; pml ucx: the UCX lanes;
+ * MPICH: the device), and when a user setting had no effect (UCX_NET_DEVICES with ob1...). */
+#define _GNU_SOURCE
+#include <cjson/cJSON.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/backend.h"
+
+#ifdef OPEN_MPI
+/* Open MPI's own headers (installed by libopenmpi-dev): the selected components are globals of
+ * the MCA framework, and the peer's endpoint lists the btls ob1 will use for it. */
+#include "ompi/communicator/communicator.h"
+#include "ompi/mca/bml/bml.h"
+#include "ompi/mca/mtl/base/base.h"
+#include "ompi/mca/pml/base/base.h"
+#include "ompi/proc/proc.h"
+#endif
+
+#ifdef FS_HAVE_UCX
+void fs_ucx_describe_ep(void *ep, uint64_t size, cJSON *o);
+#endif
+
+#define MPI_TAG_DATA 4242
+#define MPI_MAX_RX 256
+
+struct mpib {
+    int rank, peer;
+    enum fs_op op;
+    uint64_t bufsize, size;
+    long tx_depth;
+    uint8_t *sbuf, *rbuf;
+    MPI_Request *tx, rx[MPI_MAX_RX];
+    int ntx, nrx;
+    int tx_used; /* requests in tx[] that are active */
+    long rx_posted;
+    int *idx;
+    /* Real status arrays rather than MPI_STATUSES_IGNORE: MPICH's header marks that argument
+     * with an access size that GCC then flags (-Wstringop-overflow) for the (MPI_Status *)1
+     * sentinel. */
+    MPI_Status *st;
+    uint64_t tx_completed, rx_completed;
+};
+
+static int mpi_failc(struct fs_err *err, int code, const char *what, int rc)
+{
+    char s[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, s, &len);
+    return fs_fail(err, code, "mpi: %s: %s", what, s);
+}
+
+static int mpi_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
+{
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited)
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "--backend mpi runs only in fabscope-engine-mpi-<openmpi|mpich> under "
+                       "mpirun/srun with 2 ranks (`fabscope run --backend mpi`)");
+    struct mpib *m = calloc(1, sizeof *m);
+    if (!m)
+        return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
+    *out = m;
+    int size = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &m->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != 2)
+        return fs_fail(err, FS_EXIT_USAGE, "mpi: run with exactly 2 ranks (mpirun -np 2), not %d",
+                       size);
+    m->peer = 1 - m->rank;
+    int op = fs_op_by_name(ctx->spec->op);
+    m->op = op < 0 ? FS_OP_SEND : (enum fs_op)op;
+    m->tx_depth = ctx->spec->tx_depth;
+    m->bufsize = ctx->max_size > 64 ? ctx->max_size : 64;
+    m->ntx = (int)m->tx_depth + 16;
+    m->nrx = m->tx_depth + 1 < MPI_MAX_RX ? (int)m->tx_depth + 1 : MPI_MAX_RX;
+    if (m->nrx < 2)
+        m->nrx = 2;
+    m->tx = malloc((size_t)m->ntx * sizeof *m->tx);
+    m->idx = malloc((size_t)(m->ntx > MPI_MAX_RX ? m->ntx : MPI_MAX_RX) * sizeof *m->idx);
+    m->st = malloc((size_t)(m->ntx > MPI_MAX_RX ? m->ntx : MPI_MAX_RX) * sizeof *m->st);
+    m->sbuf = malloc(m->bufsize);
+    m->rbuf = malloc(m->bufsize);
+    if (!m->tx || !m->idx || !m->st || !m->sbuf || !m->rbuf)
+        return fs_fail(err, FS_EXIT_MEASURE, "mpi: cannot allocate %llu-byte buffers",
+                       (unsigned long long)m->bufsize);
+    for (int i = 0; i < m->ntx; i++)
+        m->tx[i] = MPI_REQUEST_NULL;
+    for (int i = 0; i < MPI_MAX_RX; i++)
+        m->rx[i] = MPI_REQUEST_NULL;
+    memset(m->sbuf, 0xa5, m->bufsize);
+    return 0;
+}
+
+/* The ranks already know each other: nothing to exchange but a sanity check. */
+static int mpi_local_address(void *be, cJSON *obj, struct fs_err *err)
+{
+    struct mpib *m = be;
+    (void)err;
+    cJSON_AddNumberToObject(obj, "rank", m->rank);
+    return 0;
+}
+
+static int mpi_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_err *err)
+{
+    struct mpib *m = be;
+    (void)deadline_ms;
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(peer, "rank");
+    if (!cJSON_IsNumber(r) || r->valueint != m->peer)
+        return fs_fail(err, FS_EXIT_PEER,
+                       "mpi: the control peer is not MPI rank %d of this job (two separate "
+                       "jobs?)",
+                       m->peer);
+    return 0;
+}
+
+static int post_recv(struct mpib *m, int slot, struct fs_err *err)
+{
+    /* Each receive takes the whole buffer, so receives stay valid from size to size. */
+    int rc = MPI_Irecv(m->rbuf, (int)m->bufsize, MPI_BYTE, m->peer, MPI_TAG_DATA, MPI_COMM_WORLD,
+                       &m->rx[slot]);
+    if (rc != MPI_SUCCESS)
+        return mpi_failc(err, FS_EXIT_MEASURE, "MPI_Irecv", rc);
+    m->rx_posted++;
+    return 0;
+}
+
+static int mpi_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
+{
+    struct mpib *m = be;
+    m->op = op;
+    m->size = size;
+    if (size > m->bufsize || size > (uint64_t)INT32_MAX)
+        return fs_fail(err, FS_EXIT_USAGE, "mpi: size %llu beyond the buffer or MPI's int count",
+                       (unsigned long long)size);
+    for (int i = 0; i < m->nrx; i++)
+        if (m->rx[i] == MPI_REQUEST_NULL && post_recv(m, i, err))
+            return -1;
+    return 0;
+}
+
+static int mpi_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
+{
+    struct mpib *m = be;
+    (void)op;
+    if (m->tx_used >= m->ntx)
+        return 0;
+    int slot = -1;
+    for (int i = 0; i < m->ntx; i++)
+        if (m->tx[i] == MPI_REQUEST_NULL) {
+            slot = i;
+            break;
+        }
+    if (slot < 0)
+        return 0;
+    int rc = MPI_Isend(m->sbuf, (int)size, MPI_BYTE, m->peer, MPI_TAG_DATA, MPI_COMM_WORLD,
+                       &m->tx[slot]);
+    if (rc != MPI_SUCCESS)
+        return mpi_failc(err, FS_EXIT_MEASURE, "MPI_Isend", rc);
+    m->tx_used++;
+    return 1;
+}
+
+/* MPI has no wait with a deadline and no event fd, so this polls (MPI_Testsome) in every poll
+ * mode; the result says so. */
+static int mpi_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_err *err)
+{
+    struct mpib *m = be;
+    (void)wait_ms;
+    int n = 0, rc;
+    if (m->tx_used) {
+        rc = MPI_Testsome(m->ntx, m->tx, &n, m->idx, m->st);
+        if (rc != MPI_SUCCESS)
+            return mpi_failc(err, FS_EXIT_MEASURE, "MPI_Testsome (sends)", rc);
+        if (n > 0 && n != MPI_UNDEFINED) {
+            m->tx_used -= n;
+            ev->tx_done += (uint64_t)n;
+        }
+    }
+    rc = MPI_Testsome(m->nrx, m->rx, &n, m->idx, m->st);
+    if (rc != MPI_SUCCESS)
+        return mpi_failc(err, FS_EXIT_MEASURE, "MPI_Testsome (receives)", rc);
+    if (n > 0 && n != MPI_UNDEFINED) {
+        m->rx_posted -= n;
+        ev->rx_done += (uint64_t)n;
+        for (int i = 0; i < n; i++)
+            if (post_recv(m, m->idx[i], err))
+                return -1;
+    }
+    return 0;
+}
+
+/* ---- what MPI selected -------------------------------------------------------------------- */
+
+static int cvar_string(const char *name, char *out, size_t len)
+{
+    int idx = -1, count = 0;
+    out[0] = '\0';
+    if (MPI_T_cvar_get_index(name, &idx) != MPI_SUCCESS)
+        return -1;
+    MPI_T_cvar_handle h;
+    if (MPI_T_cvar_handle_alloc(idx, NULL, &h, &count) != MPI_SUCCESS)
+        return -1;
+    char nm[256], desc[1024];
+    int nl = sizeof nm, dl = sizeof desc, verb, bind, scope;
+    MPI_Datatype dt;
+    MPI_T_enum en;
+    int rc = MPI_T_cvar_get_info(idx, nm, &nl, &verb, &dt, &en, desc, &dl, &bind, &scope);
+    if (rc == MPI_SUCCESS && dt == MPI_CHAR && count > 0) {
+        char *buf = calloc((size_t)count + 1, 1);
+        if (buf && MPI_T_cvar_read(h, buf) == MPI_SUCCESS)
+            snprintf(out, len, "%s", buf);
+        free(buf);
+    } else if (rc == MPI_SUCCESS && dt == MPI_INT) {
+        int v = 0;
+        if (MPI_T_cvar_read(h, &v) == MPI_SUCCESS)
+            snprintf(out, len, "%d", v);
+    }
+    MPI_T_cvar_handle_free(&h);
+    return out[0] ? 0 : -1;
+}
+
+static void add_cvar(cJSON *o, const char *name)
+{
+    char v[512];
+    if (cvar_string(name, v, sizeof v) == 0)
+        cJSON_AddStringToObject(o, name, v);
+    else
+        cJSON_AddNullToObject(o, name);
+}
+
+static void env_list(cJSON *o, const char *prefix)
+{
+    extern char **environ;
+    for (char **e = environ; *e; e++)
+        if (strncmp(*e, prefix, strlen(prefix)) == 0) {
+            char k[128];
+            const char *eq = strchr(*e, '=');
+            if (!eq)
+                continue;
+            snprintf(k, sizeof k, "%.*s", (int)(eq - *e), *e);
+            cJSON_AddStringToObject(o, k, eq + 1);
+        }
+}
+
+static void no_effect(cJSON *arr, const char *fmt, const char *a, const char *b)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, fmt, a, b);
+    cJSON_AddItemToArray(arr, cJSON_CreateString(msg));
+}
+
+#ifdef OPEN_MPI
+static void btl_names(mca_bml_base_btl_array_t *a, cJSON *arr)
+{
+    size_t n = mca_bml_base_btl_array_get_size(a);
+    for (size_t i = 0; i < n; i++) {
+        mca_bml_base_btl_t *b = mca_bml_base_btl_array_get_index(a, i);
+        if (b && b->btl && b->btl->btl_component)
+            cJSON_AddItemToArray(
+                arr, cJSON_CreateString(b->btl->btl_component->btl_version.mca_component_name));
+    }
+}
+
+static void describe_ompi(struct mpib *m, cJSON *o, cJSON *noeff)
+{
+    const char *pml = mca_pml_base_selected_component.pmlm_version.mca_component_name;
+    cJSON *sel = cJSON_AddObjectToObject(o, "selected");
+    cJSON_AddStringToObject(sel, "pml", pml);
+    if (ompi_mtl_base_selected_component)
+        cJSON_AddStringToObject(sel, "mtl",
+                                ompi_mtl_base_selected_component->mtl_version.mca_component_name);
+    else
+        cJSON_AddNullToObject(sel, "mtl");
+    cJSON_AddStringToObject(o, "selection_source",
+                            "Open MPI MCA framework at run time (selected pml/mtl components and "
+                            "the btls of the peer's endpoint)");
+    ompi_proc_t *p = ompi_comm_peer_lookup(MPI_COMM_WORLD, m->peer);
+    mca_bml_base_endpoint_t *bep =
+        p ? (mca_bml_base_endpoint_t *)p->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_BML] : NULL;
+    int uses_ucx = strcmp(pml, "ucx") == 0;
+    if (bep) {
+        cJSON *btl = cJSON_AddObjectToObject(sel, "btl");
+        btl_names(&bep->btl_eager, cJSON_AddArrayToObject(btl, "eager"));
+        btl_names(&bep->btl_send, cJSON_AddArrayToObject(btl, "send"));
+        btl_names(&bep->btl_rdma, cJSON_AddArrayToObject(btl, "rdma"));
+        const cJSON *x;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(btl, "send")) uses_ucx |=
+            strcmp(x->valuestring, "uct") == 0;
+    } else {
+        cJSON_AddNullToObject(sel, "btl");
+    }
+    if (ompi_mtl_base_selected_component &&
+        strcmp(ompi_mtl_base_selected_component->mtl_version.mca_component_name, "ucx") == 0)
+        uses_ucx = 1;
+    cJSON *ucx = NULL;
+#ifdef FS_HAVE_UCX
+    if (strcmp(pml, "ucx") == 0 && p && p->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_PML]) {
+        ucx = cJSON_AddObjectToObject(o, "ucx");
+        fs_ucx_describe_ep(p->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_PML], m->size, ucx);
+    }
+#endif
+    cJSON *mca = cJSON_AddObjectToObject(o, "mca");
+    add_cvar(mca, "pml");
+    add_cvar(mca, "btl");
+    add_cvar(mca, "mtl");
+    add_cvar(mca, "pml_ucx_tls");
+    add_cvar(mca, "pml_ucx_devices");
+    add_cvar(mca, "btl_tcp_if_include");
+    const char *ucx_vars[] = {"UCX_NET_DEVICES", "UCX_TLS", NULL};
+    for (int i = 0; ucx_vars[i]; i++) {
+        const char *v = getenv(ucx_vars[i]);
+        if (!v || !*v)
+            continue;
+        if (!uses_ucx) {
+            char why[160];
+            snprintf(why, sizeof why, "the pml is %s%s, which does not use UCX", pml,
+                     bep ? " (btls listed under selected.btl)" : "");
+            no_effect(noeff, "%s had no effect: %s", ucx_vars[i], why);
+        } else if (ucx && strcmp(ucx_vars[i], "UCX_NET_DEVICES") == 0 && strcmp(v, "all") != 0) {
+            /* Did any requested device carry a lane? pml ucx can filter devices itself
+             * (pml_ucx_devices), which is how UCX_NET_DEVICES ends up ignored (UCX #10049). */
+            const cJSON *devs = cJSON_GetObjectItemCaseSensitive(ucx, "devices"), *d;
+            int hit = 0;
+            cJSON_ArrayForEach(d, devs) hit |= strstr(v, d->valuestring) != NULL;
+            if (!hit)
+                no_effect(noeff,
+                          "UCX_NET_DEVICES=%s had no effect: UCX's lanes use other devices (see "
+                          "ucx.devices); pml_ucx_devices=%s",
+                          v, cJSON_IsString(cJSON_GetObjectItemCaseSensitive(mca, "pml_ucx_devices"))
+                                 ? cJSON_GetObjectItemCaseSensitive(mca, "pml_ucx_devices")->valuestring
+                                 : "?");
+        }
+    }
+}
+#endif
+
+#ifdef MPICH
+static void describe_mpich(cJSON *o, cJSON *noeff)
+{
+    char ver[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(ver, &len);
+    char device[64] = "";
+    const char *d = strstr(ver, "MPICH Device:");
+    if (d) {
+        d += strlen("MPICH Device:");
+        while (*d == ' ' || *d == '\t')
+            d++;
+        size_t n = strcspn(d, " \t\n");
+        snprintf(device, sizeof device, "%.*s", (int)n, d);
+    }
+    cJSON *sel = cJSON_AddObjectToObject(o, "selected");
+    cJSON_AddStringToObject(sel, "device", device);
+    const char *colon = strchr(device, ':');
+    cJSON_AddStringToObject(sel, "netmod", colon ? colon + 1 : "");
+    cJSON *cv = cJSON_AddObjectToObject(o, "cvars");
+    add_cvar(cv, "MPIR_CVAR_CH4_NETMOD");
+    add_cvar(cv, "MPIR_CVAR_NOLOCAL");
+    add_cvar(cv, "MPIR_CVAR_CH4_SHM_POSIX_EAGER");
+    /* Ranks on one node talk through ch4's shared-memory module unless NOLOCAL is set: this
+     * is inferred from locality and the cvar, MPICH exposes no per-peer selection. */
+    char host0[MPI_MAX_PROCESSOR_NAME] = "", host1[MPI_MAX_PROCESSOR_NAME] = "";
+    int hl = 0;
+    MPI_Get_processor_name(host0, &hl);
+    snprintf(host1, sizeof host1, "%s", host0);
+    char nolocal[16] = "0";
+    cvar_string("MPIR_CVAR_NOLOCAL", nolocal, sizeof nolocal);
+    int intranode_shm = strcmp(nolocal, "0") == 0 || strcmp(nolocal, "false") == 0;
+    cJSON_AddStringToObject(sel, "intranode",
+                            intranode_shm ? "shm (ch4 shmmod; inferred: same node, NOLOCAL off)"
+                                          : "netmod (MPIR_CVAR_NOLOCAL set)");
+    cJSON_AddStringToObject(o, "selection_source",
+                            "MPI_Get_library_version (device) and MPI_T cvars; intranode path "
+                            "inferred");
+    const char *v = getenv("UCX_NET_DEVICES");
+    if (v && *v && intranode_shm)
+        no_effect(noeff,
+                  "UCX_NET_DEVICES=%s probably had no effect: the ranks share a node and MPICH "
+                  "sends through its shared-memory module, not the %s netmod",
+                  v, colon ? colon + 1 : "network");
+}
+#endif
+
+static void mpi_describe(void *be, cJSON *o)
+{
+    struct mpib *m = be;
+    cJSON_AddStringToObject(o, "kind", "mpi");
+    char ver[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0, major = 0, minor = 0;
+    MPI_Get_library_version(ver, &len);
+    ver[strcspn(ver, "\n")] = '\0';
+    cJSON_AddStringToObject(o, "library", ver);
+    MPI_Get_version(&major, &minor);
+    char s[16];
+    snprintf(s, sizeof s, "%d.%d", major, minor);
+    cJSON_AddStringToObject(o, "mpi_standard", s);
+    cJSON_AddNumberToObject(o, "rank", m->rank);
+    char host[MPI_MAX_PROCESSOR_NAME];
+    MPI_Get_processor_name(host, &len);
+    cJSON_AddStringToObject(o, "processor", host);
+    cJSON_AddStringToObject(o, "api", "MPI_Isend/MPI_Irecv + MPI_Testsome (MPI_COMM_WORLD, "
+                                      "MPI_BYTE)");
+    cJSON_AddStringToObject(o, "progress", "busy (MPI_Testsome; MPI has no wait with a deadline)");
+    cJSON *noeff = cJSON_CreateArray();
+#ifdef OPEN_MPI
+    describe_ompi(m, o, noeff);
+#elif defined(MPICH)
+    describe_mpich(o, noeff);
+#endif
+    cJSON_AddItemToObject(o, "settings_without_effect", noeff);
+    cJSON *env = cJSON_AddObjectToObject(o, "environment");
+    env_list(env, "OMPI_MCA_");
+    env_list(env, "UCX_");
+    env_list(env, "MPIR_CVAR_");
+    env_list(env, "FI_");
+}
+
+static void mpi_teardown(void *be)
+{
+    struct mpib *m = be;
+    if (!m)
+        return;
+    /* Receives still posted are cancelled and completed, so MPI_Finalize finds none. */
+    for (int i = 0; i < MPI_MAX_RX; i++)
+        if (m->rx[i] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&m->rx[i]);
+            MPI_Wait(&m->rx[i], m->st);
+        }
+    free(m->tx);
+    free(m->idx);
+    free(m->st);
+    free(m->sbuf);
+    free(m->rbuf);
+    free(m);
+}
+
+const struct fs_backend_ops fs_backend_mpi = {
+    .abi = FS_BACKEND_ABI,
+    .name = "mpi",
+    .summary = "MPI point-to-point (Isend/Irecv) under mpirun/srun; reports pml/btl/mtl or device",
+    .ops = FS_BIT(FS_OP_SEND),
+    .patterns = FS_BIT(FS_PAT_LAT) | FS_BIT(FS_PAT_BW) | FS_BIT(FS_PAT_BIBW),
+    .setup = mpi_setup,
+    .local_address = mpi_local_address,
+    .connect = mpi_connect,
+    .prepare = mpi_prepare,
+    .post = mpi_post,
+    .progress = mpi_progress,
+    .describe = mpi_describe,
+    .teardown = mpi_teardown,
+};

@@ -1,0 +1,147 @@
+/* fabscope-engine-mpi-<flavor>: started by mpirun/srun with 2 ranks. Rank 1 becomes the server
+ * (the normal --control-fd flow on a socket it accepted), rank 0 the client (the normal --peer
+ * flow); MPI carries only the control port between them, the data goes through the mpi
+ * backend. Only rank 0 prints records. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <mpi.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../core/fs.h"
+
+int fs_engine_main(int argc, char **argv);
+
+struct rendezvous {
+    int port;   /* 0 = rank 1 failed to listen */
+    char host[MPI_MAX_PROCESSOR_NAME];
+};
+
+/* Timeout from the user's --timeout (seconds), for the accept below; the engine enforces its
+ * own deadlines after that. */
+static int timeout_ms(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--timeout=", 10) == 0)
+            return (int)(atof(argv[i] + 10) * 1000);
+        if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc)
+            return (int)(atof(argv[i + 1]) * 1000);
+    }
+    return 10000;
+}
+
+static int has_arg(int argc, char **argv, const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], name, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '='))
+            return 1;
+    return 0;
+}
+
+/* Rank 1: listen where rank 0 can reach it (loopback when both share a node), accept one
+ * connection, then run the engine as a server on it. */
+static int run_server(int argc, char **argv, int same_node)
+{
+    struct rendezvous rv = {0};
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(same_node ? INADDR_LOOPBACK : INADDR_ANY);
+    socklen_t sl = sizeof sa;
+    if (lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(lfd, 1) == 0 &&
+        getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0)
+        rv.port = ntohs(sa.sin_port);
+    int hl = 0;
+    MPI_Get_processor_name(rv.host, &hl);
+    MPI_Send(&rv, (int)sizeof rv, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
+    if (!rv.port) {
+        perror("fabscope-engine-mpi rank 1: cannot listen for the control connection");
+        return FS_EXIT_MEASURE;
+    }
+    struct pollfd p = {.fd = lfd, .events = POLLIN};
+    if (poll(&p, 1, timeout_ms(argc, argv)) <= 0) {
+        fprintf(stderr, "fabscope-engine-mpi rank 1: rank 0 did not connect within %d ms\n",
+                timeout_ms(argc, argv));
+        close(lfd);
+        return FS_EXIT_PEER;
+    }
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    close(lfd);
+    if (fd < 0) {
+        perror("fabscope-engine-mpi rank 1: accept");
+        return FS_EXIT_PEER;
+    }
+    char fdtxt[16], tmo[32];
+    snprintf(fdtxt, sizeof fdtxt, "%d", fd);
+    snprintf(tmo, sizeof tmo, "%g", timeout_ms(argc, argv) / 1000.0);
+    /* The server adopts every shared option from the client; only the timeout matters here. */
+    char *sargv[] = {argv[0], "--control-fd", fdtxt, "--timeout", tmo, NULL};
+    return fs_engine_main(5, sargv);
+}
+
+static int run_client(int argc, char **argv, int same_node)
+{
+    struct rendezvous rv;
+    MPI_Recv(&rv, (int)sizeof rv, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (!rv.port)
+        return FS_EXIT_MEASURE;
+    char peer[MPI_MAX_PROCESSOR_NAME + 16];
+    snprintf(peer, sizeof peer, "%s:%d", same_node ? "127.0.0.1" : rv.host, rv.port);
+    char **cargv = calloc((size_t)argc + 5, sizeof *cargv);
+    if (!cargv)
+        return FS_EXIT_MEASURE;
+    int n = 0;
+    for (int i = 0; i < argc; i++)
+        cargv[n++] = argv[i];
+    if (!has_arg(argc, argv, "--backend")) {
+        cargv[n++] = "--backend";
+        cargv[n++] = "mpi";
+    }
+    cargv[n++] = "--peer";
+    cargv[n++] = peer;
+    int rc = fs_engine_main(n, cargv);
+    free(cargv);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    int provided = 0, rank = 0, size = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SINGLE, &provided);
+    /* The mpi backend reads the library's control variables (MPI_T) to report its choices. */
+    MPI_T_init_thread(MPI_THREAD_SINGLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size != 2) {
+        if (rank == 0)
+            fprintf(stderr, "fabscope-engine-mpi: run with exactly 2 ranks (mpirun -np 2), "
+                            "not %d\n", size);
+        MPI_Finalize();
+        return FS_EXIT_USAGE;
+    }
+    if (rank == 0 && (has_arg(argc, argv, "--peer") || has_arg(argc, argv, "--listen"))) {
+        fprintf(stderr, "fabscope-engine-mpi: --peer/--listen are set by the MPI launch itself; "
+                        "drop them\n");
+        MPI_Abort(MPI_COMM_WORLD, FS_EXIT_USAGE);
+    }
+    char me[MPI_MAX_PROCESSOR_NAME] = "", other[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    MPI_Get_processor_name(me, &len);
+    MPI_Sendrecv(me, sizeof me, MPI_CHAR, 1 - rank, 0, other, sizeof other, MPI_CHAR, 1 - rank, 0,
+                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    int same_node = strcmp(me, other) == 0;
+    int rc = rank == 1 ? run_server(argc, argv, same_node) : run_client(argc, argv, same_node);
+    /* Both engines end within their deadlines (the control channel tells each side when the
+     * other failed); meet before MPI_Finalize. Rank 0's exit code is the job's: mpirun reports
+     * the first non-zero status, and rank 1 returns 0 so that it is rank 0's. */
+    int worst = rc;
+    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_T_finalize();
+    MPI_Finalize();
+    return rank == 0 ? rc : 0;
+}

@@ -1,0 +1,68 @@
+"""`fabscope doctor --peer`: the peer's `fabscope serve` runs its own checks and sends them with its
+host facts; the client then compares the two hosts. Same framing and hello as engine runs."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from typing import Any
+
+from .. import control
+from ..errors import EXIT_PEER, FabscopeError
+from . import Context, run_doctor
+from .core import Finding, Report
+from .crosshost import collect_host_facts
+
+TIMEOUT_S = 60.0  # the checks run external tools (ucx_info, ompi_info): allow them time
+
+
+def answer(fd: int) -> int:
+    """Serve side, in a child process handed the accepted socket (hello already exchanged)."""
+    sock = socket.socket(fileno=fd)
+    try:
+        ctx = Context()
+        report = run_doctor(ctx)
+        control.send(sock, {"type": "doctor", "report": report.to_dict(), "facts": collect_host_facts(ctx)}, TIMEOUT_S)
+    except (OSError, ValueError) as exc:
+        print(f"fabscope serve: doctor answer failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        sock.close()
+    return 0
+
+
+def fetch(peer: str, timeout_s: float = TIMEOUT_S) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Client side: the peer's report (as a dict) and its host facts."""
+    host, port = control.split_hostport(peer)
+    try:
+        sock = socket.create_connection((host, port), timeout=10)
+    except OSError as exc:
+        raise FabscopeError(
+            f"cannot reach {host}:{port} ({exc.strerror or exc}). Start `fabscope serve --bind ADDR` there first",
+            EXIT_PEER,
+        ) from exc
+    with sock:
+        greeting = control.recv(sock, 10, f"{host}:{port}")
+        if greeting.get("type") == "busy":
+            raise FabscopeError(f"{host}:{port} is busy: {greeting.get('message')}; try again when its run ends", EXIT_PEER)
+        control.check_proto(greeting, f"{host}:{port}")
+        if "doctor" not in greeting.get("services", []):
+            raise FabscopeError(f"{host}:{port} does not offer the doctor service (fabscope too old?)", EXIT_PEER)
+        control.send(sock, control.client_hello("doctor"), 10)
+        reply = control.recv(sock, timeout_s, f"{host}:{port}")
+    if reply.get("type") == "error":
+        raise FabscopeError(f"{host}:{port} reported: {reply.get('message')}", EXIT_PEER)
+    if reply.get("type") != "doctor" or not isinstance(reply.get("report"), dict):
+        raise FabscopeError(f"{host}:{port} answered '{reply.get('type')}' instead of a doctor report", EXIT_PEER)
+    facts = reply.get("facts")
+    return reply["report"], facts if isinstance(facts, dict) else {}
+
+
+def report_from_dict(data: dict[str, Any]) -> Report:
+    keys = {"id", "severity", "title", "evidence", "why", "fix"}
+    findings = [Finding(**{k: v for k, v in f.items() if k in keys}) for f in data.get("findings", [])]
+    return Report(findings=findings, host=str(data.get("host", "peer")))
+
+
+if __name__ == "__main__":
+    sys.exit(answer(int(sys.argv[1])))
