@@ -28,6 +28,11 @@ if [ -z "${FABSCOPE_FAST:-}" ]; then
   build/engine-fuzz/fuzz_ctl -max_total_time=60 -max_len=4096 build/fuzz-corpus 2>&1 | tail -3
 fi
 
+if [ -z "${FABSCOPE_FAST:-}" ]; then
+  stage "testbed: Soft-RoCE guest image (cached under \${FABSCOPE_CACHE:-/var/cache/fabscope})"
+  python -m fabscope.testbed.softroce build --siw
+fi
+
 stage "python: unit and integration tests"
 markers=""
 [ -n "${FABSCOPE_FAST:-}" ] && markers="not softroce"

@@ -63,9 +63,14 @@ def _run(ns: argparse.Namespace) -> int:
     records: list[dict[str, Any]] = []
     progress = _progress(ns)
 
+    streaming = ns.format == "json"
+
     def on_record(rec: dict[str, Any]) -> None:
         rec["path"] = pathmod.verdict(rec)
         records.append(rec)
+        if streaming:  # JSON lines need no table layout: each size is out the moment it is measured
+            sys.stdout.write(RENDERERS["json"]([rec]))
+            sys.stdout.flush()
         if progress:
             progress(rec)
 
@@ -75,8 +80,9 @@ def _run(ns: argparse.Namespace) -> int:
         outcome = runner.run_peer(args + ["--format=json"], ns.peer, timeout, on_record)
     if progress:
         progress(None)
-    sys.stdout.write(RENDERERS[ns.format](outcome.records))
-    sys.stdout.flush()
+    if not streaming:
+        sys.stdout.write(RENDERERS[ns.format](outcome.records))
+        sys.stdout.flush()
     if outcome.error:
         kept = f" ({len(outcome.records)} size(s) measured before that are shown above)" if outcome.records else ""
         print(f"fabscope: {outcome.error}{kept}", file=sys.stderr)

@@ -71,11 +71,14 @@ def test_cli_keeps_measured_sizes_when_the_server_dies() -> None:
              "--format", "json", "--sizes", "8:4M", "--iters", "3000", "--warmup", "0"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
         )
-        time.sleep(1.5)
+        assert client.stdout is not None
+        first = client.stdout.readline()  # JSON lines stream: one size is measured
         subprocess.run(["pkill", "-KILL", "-f", "fabscope-engine --control-fd"], check=False)
+        t0 = time.monotonic()
         out, err = client.communicate(timeout=20)
         assert client.returncode == 3, err
-        assert len(json_lines(out)) >= 1
+        assert time.monotonic() - t0 < 3 + 3
+        assert json_lines(first + out)[0]["size"] == 8
         assert "measured before" in err
     finally:
         serve.terminate()

@@ -321,10 +321,11 @@ static void describe_ompi(struct mpib *m, cJSON *o, cJSON *noeff)
         if (!v || !*v)
             continue;
         if (!uses_ucx) {
-            char why[160];
-            snprintf(why, sizeof why, "the pml is %s%s, which does not use UCX", pml,
-                     bep ? " (btls listed under selected.btl)" : "");
-            no_effect(noeff, "%s had no effect: %s", ucx_vars[i], why);
+            char what[320];
+            snprintf(what, sizeof what, "%s=%s", ucx_vars[i], v);
+            no_effect(noeff, "%s had no effect: the pml is %s, which does not use UCX (see "
+                             "selected.btl for what carried the bytes)",
+                      what, pml);
         } else if (ucx && strcmp(ucx_vars[i], "UCX_NET_DEVICES") == 0 && strcmp(v, "all") != 0) {
             /* Did any requested device carry a lane? pml ucx can filter devices itself
              * (pml_ucx_devices), which is how UCX_NET_DEVICES ends up ignored (UCX #10049). */

@@ -124,6 +124,14 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
         cJSON_AddNumberToObject(lat, "samples", (double)s.n);
         cJSON_AddNumberToObject(lat, "outliers", (double)s.outliers);
         cJSON_AddNumberToObject(lat, "mad", r3(s.mad / 1e3));
+        if (s.n < 100) {
+            char w[200];
+            snprintf(w, sizeof w,
+                     "only %zu samples: p99 and p99.9 are the maximum of a few values; raise "
+                     "--iters or --duration",
+                     s.n);
+            cJSON_AddItemToArray(warnings, cJSON_CreateString(w));
+        }
         cJSON_AddStringToObject(rec, "latency_definition",
                                 fs_ops[r->op].lat_role == FS_ROLE_ACTIVE
                                     ? "half round trip (ping-pong), as perftest and OSU report"

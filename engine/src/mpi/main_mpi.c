@@ -117,6 +117,14 @@ int main(int argc, char **argv)
     MPI_T_init_thread(MPI_THREAD_SINGLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size == 1) {
+        /* A singleton (started without a launcher): the plain engine flows, so a client can
+         * still be pointed at a server by hand; the mpi backend itself needs 2 ranks. */
+        int rc = fs_engine_main(argc, argv);
+        MPI_T_finalize();
+        MPI_Finalize();
+        return rc;
+    }
     if (size != 2) {
         if (rank == 0)
             fprintf(stderr, "fabscope-engine-mpi: run with exactly 2 ranks (mpirun -np 2), "
