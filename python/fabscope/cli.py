@@ -74,7 +74,9 @@ def _run(ns: argparse.Namespace) -> int:
         if progress:
             progress(rec)
 
-    if ns.loopback:
+    if getattr(ns, "eng:backend", "") == "mpi":
+        outcome = _run_mpi(ns, args, timeout, on_record)
+    elif ns.loopback:
         outcome = runner.run_loopback(args + ["--format=json"], timeout, on_record, pin=not ns.no_pin)
     else:
         outcome = runner.run_peer(args + ["--format=json"], ns.peer, timeout, on_record)
@@ -90,6 +92,35 @@ def _run(ns: argparse.Namespace) -> int:
     if any((r.get("path") or {}).get("verdict") == "misrouted" for r in outcome.records):
         return EXIT_MISROUTED
     return EXIT_OK
+
+
+def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise FabscopeError(f"{flag} {item!r}: expected KEY=VALUE", EXIT_USAGE)
+        out[key] = value
+    return out
+
+
+def _run_mpi(ns: argparse.Namespace, args: list[str], timeout: float, on_record: Any) -> Any:
+    """Both ranks under the MPI launcher; rank 0 prints records like a client engine."""
+    from . import runner
+    from .mpirun import build_mpi_command
+
+    if ns.peer:
+        raise FabscopeError(
+            "--backend mpi places its two ranks with the launcher (host files, srun), not with --peer; "
+            "use --loopback for this host, or your launcher's host options via --launcher",
+            EXIT_USAGE,
+        )
+    try:
+        cmd, env = build_mpi_command(args, mpi=ns.mpi, launcher=ns.launcher,
+                                     mca=_pairs(ns.mca, "--mca"), env=_pairs(ns.env, "--env"))
+    except (ValueError, FileNotFoundError) as exc:
+        raise FabscopeError(str(exc), EXIT_USAGE) from exc
+    return runner.stream_client(cmd, timeout, on_record, env=env)
 
 
 def _progress(ns: argparse.Namespace) -> Any:
@@ -152,6 +183,12 @@ def build_parser(with_engine: bool = True) -> Parser:
     where.add_argument("--peer", metavar="HOST[:PORT]", help=f"a host running `fabscope serve` (port {control.DEFAULT_PORT})")
     run.add_argument("--format", choices=["text", "json", "csv", "md"], default="text")
     run.add_argument("--no-pin", action="store_true", help="loopback: do not pin the two engines to different CPUs")
+    mpi = run.add_argument_group("--backend mpi (point-to-point as MPI users see it, under a launcher)")
+    mpi.add_argument("--mpi", choices=["openmpi", "mpich"], default="openmpi", help="which MPI build of the engine")
+    mpi.add_argument("--launcher", choices=["mpirun", "srun"], default="mpirun")
+    mpi.add_argument("--mca", action="append", metavar="KEY=VALUE", help="Open MPI MCA parameter (repeatable)")
+    mpi.add_argument("--env", action="append", metavar="KEY=VALUE",
+                     help="environment for the ranks, e.g. UCX_NET_DEVICES=eth0 (repeatable)")
     if with_engine:
         from .engine import option_table
 

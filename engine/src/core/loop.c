@@ -28,7 +28,8 @@ static int housekeep(struct fs_run *r, uint64_t now, struct fs_err *err)
     int rc;
     while ((rc = fs_ctl_poll(&r->ctl, &m, err)) == 1) {
         const char *t = fs_ctl_type(m);
-        r->last_activity_ns = now;
+        if (strcmp(t, "heartbeat") != 0 || r->idle_side)
+            r->last_activity_ns = now;
         if (strcmp(t, "sent") == 0) {
             const cJSON *n = cJSON_GetObjectItemCaseSensitive(m, "n");
             if (!cJSON_IsNumber(n) || n->valuedouble < 0) {
@@ -114,6 +115,8 @@ static int pingpong_initiator(struct fs_run *r, uint64_t size, uint64_t n_max, u
             if (progress(r, &ev, err))
                 return -1;
             got += active ? ev.rx_done : ev.tx_done;
+            if (++turns % FS_HOUSEKEEP_EVERY == 0 && housekeep(r, fs_now_ns(), err))
+                return -1;
         }
         if (posted < 0)
             return err->code ? -1 : fs_fail(err, FS_EXIT_MEASURE, "post failed");
@@ -190,8 +193,12 @@ static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uin
     uint64_t start = fs_now_ns(), now = start;
     uint64_t t_end = t_max_ns ? start + t_max_ns : 0;
     int send_done = !do_send;
-    /* A receiver needs the peer's count to know when to stop; so does an idle target. */
-    const int wait_peer = do_recv || !do_send;
+    /* A receiver needs the peer's count to know when to stop; so does an idle target. In bibw
+     * every side waits for the other's count while still progressing: one-sided operations
+     * emulated in software (UCX and libfabric over TCP or shared memory) complete only while
+     * the target keeps calling progress. */
+    const int wait_peer = do_recv || !do_send || r->pat == FS_PAT_BIBW;
+    r->idle_side = !do_send && !do_recv;
     unsigned turns = 0;
     struct fs_events ev;
     for (;;) {

@@ -40,6 +40,10 @@ struct fs_run {
 
     /* in-loop control state */
     uint64_t last_activity_ns;
+    /* Set while this side expects no data (the passive target of a read): only then do the
+     * peer's heartbeats count as progress. Elsewhere a heartbeat proves the peer process is
+     * alive, not that the data path works, and must not hide a stuck run. */
+    int idle_side;
     uint64_t last_heartbeat_ns;
     int64_t peer_sent; /* -1 until the peer's "sent" arrives */
     struct cJSON *peer_done; /* a "phase_done" that arrived while we were still looping */
