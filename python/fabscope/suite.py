@@ -14,7 +14,9 @@ from . import path as pathmod
 from . import runner
 from .engine import backends
 from .errors import EXIT_MEASURE, EXIT_OK, EXIT_UNSUPPORTED
+from .mpirun import MPI_FLAVOURS, build_mpi_command, find_mpi_engine
 from .report.render import render_csv, render_md
+from .report.table import carried_by
 
 LAT_SIZES = "8,4K"
 BW_SIZES = "64K,1M"
@@ -41,6 +43,13 @@ def cases() -> list[Case]:
         for op in be["ops"]:
             for pattern in be["patterns"]:
                 out.append(Case(name, op, pattern))
+    # MPI as its users see it: point-to-point under mpirun, for each MPI whose engine was built.
+    for mpi in MPI_FLAVOURS:
+        try:
+            find_mpi_engine(mpi)
+        except FileNotFoundError:
+            continue
+        out += [Case("mpi", "send", pattern, (f"--mpi={mpi}",)) for pattern in ("lat", "bw", "bibw")]
     return out
 
 
@@ -61,9 +70,7 @@ def _row(case: Case, rec: dict[str, Any]) -> list[str]:
     else:
         gbps = rec.get("bandwidth_gbps")
         figure = f"{gbps:.2f} Gb/s, {rec.get('msg_rate_mpps', 0):.3f} Mpps" if gbps is not None else "n/a"
-    transport = (rec.get("transport") or {}).get("local") or {}
-    carried = transport.get("summary") or transport.get("address_owner") or transport.get("kind") or ""
-    return [case.label, size, figure, str(carried), str(path)]
+    return [case.label, size, figure, carried_by(rec), str(path)]
 
 
 def run_suite(out_dir: str, quick: bool = False) -> int:
@@ -81,7 +88,12 @@ def run_suite(out_dir: str, quick: bool = False) -> int:
             rec["path"] = pathmod.verdict(rec)
             sink.append(rec)
 
-        outcome = runner.run_loopback(_args(case, quick), 10.0, keep)
+        if case.backend == "mpi":
+            mpi = case.extra[0].split("=", 1)[1]
+            cmd, env = build_mpi_command(_args(case, quick)[:-1], mpi=mpi)
+            outcome = runner.stream_client(cmd, 10.0, keep, env=env)
+        else:
+            outcome = runner.run_loopback(_args(case, quick), 10.0, keep)
         records += got
         rows += [_row(case, r) for r in got]
         if outcome.exit_code == EXIT_UNSUPPORTED:

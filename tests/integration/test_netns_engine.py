@@ -9,11 +9,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import netns_helpers as nh
 import pytest
 
 from conftest import REPO, json_lines
 from fabscope.testbed import netns
-import netns_helpers as nh
 
 pytestmark = [pytest.mark.netns, nh.needs_root]
 ENV = {"PYTHONPATH": str(REPO / "python"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}

@@ -219,15 +219,6 @@ static int check_names(const struct ofi_opts *o, const char *domain, struct fs_e
 static int ofi_check(const struct fs_spec *spec, const void *opts, struct fs_err *err)
 {
     const struct ofi_opts *o = opts;
-    int op = fs_op_by_name(spec->op);
-    if (strcmp(spec->pattern, "bibw") == 0 && op >= 0 && fs_ops[op].bw_role == FS_ROLE_PASSIVE)
-        /* Both sides initiate, and the core stops progressing a side that is done while a
-         * manual-progress provider (tcp, shm, sockets) still needs the target to progress. */
-        return fs_fail(err, FS_EXIT_UNSUPPORTED,
-                       "ofi: --pattern bibw with --op %s is not supported: manual-progress "
-                       "providers need each target to progress until its peer is done, which "
-                       "the bibw loop does not do; use --pattern bw",
-                       spec->op);
     const char *domain = domain_wanted(o, spec->device, err);
     return domain ? check_names(o, domain, err) : -1;
 }

@@ -369,18 +369,6 @@ static int ucx_check(const struct fs_spec *spec, const void *opts, struct fs_err
     if (!u)
         return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
     u->o = *(const struct ucx_opts *)opts;
-    int op = fs_op_by_name(spec->op);
-    if (strcmp(spec->pattern, "bibw") == 0 && op >= 0 && fs_ops[op].bw_role == FS_ROLE_PASSIVE) {
-        free(u);
-        /* Both sides initiate; the core then stops progressing a side that has finished while
-         * UCX's emulated one-sided ops (tcp, shared memory) still need that side to progress. */
-        return fs_fail(err, FS_EXIT_UNSUPPORTED,
-                       "ucx: --pattern bibw with --op %s is not supported: UCX emulates one-sided "
-                       "operations on tcp and shared memory, so each target must keep "
-                       "progressing until its peer is done, which the bibw loop does not do; use "
-                       "--pattern bw",
-                       spec->op);
-    }
     int rc = resolve_names(u, spec->device, err);
     free(u);
     return rc;

@@ -73,3 +73,26 @@ def cell(col: Column, v: Any) -> str:
     if isinstance(v, float) or (isinstance(v, int) and "f" in col.fmt):
         return col.fmt.format(float(v))
     return str(v)
+
+
+def carried_by(rec: Record) -> str:
+    """One phrase for what actually carried a run, from the backend's own transport report."""
+    local = (rec.get("transport") or {}).get("local") or {}
+    kind = local.get("kind")
+    if kind == "tcp":
+        return f"tcp via {local.get('bound_device') or local.get('address_owner') or '?'}"
+    if kind == "ucx":
+        return f"ucx {'+'.join(local.get('transports') or [])} on {'+'.join(local.get('devices') or [])}"
+    if kind == "ofi":
+        return f"ofi {local.get('provider')} on {local.get('domain')}"
+    if kind == "mpi":
+        sel = local.get("selected") or {}
+        if sel.get("pml"):
+            btl = sel.get("btl") or {}
+            btls = "+".join(sorted({b for v in btl.values() if isinstance(v, list) for b in v}))
+            return f"mpi pml {sel.get('pml')}" + (f" btl {btls}" if btls else "") + (
+                f" mtl {sel['mtl']}" if sel.get("mtl") else "")
+        return f"mpi {sel.get('device') or local.get('library', '')[:40]}"
+    if kind == "verbs":
+        return f"verbs {local.get('device', '?')}/{local.get('port', '?')} {local.get('qp_type', '')}".strip()
+    return str(kind or "?")
