@@ -20,10 +20,10 @@ ENV = {"PYTHONPATH": str(REPO / "python"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bi
 PORT = 18515
 
 
-def serve_in(ns: str, bind: str) -> subprocess.Popen[str]:
+def serve_in(ns: str, bind: str, *extra: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         netns.ns_exec_argv(ns, ["env", *(f"{k}={v}" for k, v in ENV.items()), sys.executable, "-m", "fabscope",
-                                "serve", "--bind", bind, "--port", str(PORT)]),
+                                "serve", "--bind", bind, "--port", str(PORT), *extra]),
         stderr=subprocess.PIPE, text=True,
     )
     time.sleep(0.7)
@@ -116,3 +116,24 @@ def test_bind_to_fabric_address_towards_mgmt_is_misrouted_and_exits_5(plain: Non
     assert rec["transport"]["local"]["address_owner"] == "fabric0"
     assert text.returncode == 5
     assert "!! MISROUTED" in text.stdout and "mgmt0" in text.stdout
+
+
+def test_ucx_net_devices_bypassed_by_routing_is_caught(plain: None) -> None:
+    """The published UCX_NET_DEVICES case: UCX is told fabric0 on both hosts, but a route sends the
+    peer's fabric0 address out through mgmt0. UCX reports fabric0; the counters prove mgmt0."""
+    ucx = ["--backend", "ucx", "--ucx-tls", "tcp", "--device", "fabric0", "--op", "tag", "--pattern", "bw",
+           "--sizes", "64K", "--iters", "1000"]
+    server = serve_in("fs-b", "0.0.0.0", "--device", "fabric0")
+    try:
+        rc, recs, err = run_in("fs-a", "--peer", f"10.201.0.2:{PORT}", *ucx)
+        assert rc == 0, err
+        assert recs[0]["path"]["verdict"] == "verified"
+        subprocess.run(netns.ns_exec_argv("fs-a", ["ip", "route", "add", "10.201.0.2/32", "dev", "mgmt0"]), check=True)
+        rc, recs, err = run_in("fs-a", "--peer", f"10.201.0.2:{PORT}", *ucx)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert rc == 5, err
+    (rec,) = recs
+    assert rec["transport"]["local"]["requested"]["UCX_NET_DEVICES"] == "fabric0"
+    assert rec["path"]["verdict"] == "misrouted" and "mgmt0" in rec["path"]["summary"]
