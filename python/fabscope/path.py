@@ -93,6 +93,8 @@ _RDMA_MAP = {
     "port_xmit_packets": ("tx_packets", 1),
     "port_rcv_packets": ("rx_packets", 1),
 }
+# Soft-RoCE (rxe) keeps packet counts in hw_counters and has no byte counters at all.
+_RDMA_HW_PACKETS = {"port_xmit_packets": "hw_sent_pkts", "port_rcv_packets": "hw_rcvd_pkts"}
 _U32_MAX = 0xFFFFFFFF
 _U64_MOD = 1 << 64
 
@@ -238,6 +240,11 @@ def _delta_entry(name: str, kind: str, entry: Mapping[str, Any]) -> DeviceDelta:
         if overflow == "wrap" and bits == 32:
             wrap_bytes = 4 << 32  # port_*_data: 2^32 words of 4 bytes
         for counter, (target, unit) in _RDMA_MAP.items():
+            hw = _RDMA_HW_PACKETS.get(counter)
+            if hw and counter not in before and hw in before:
+                # rxe has no counters/ directory, only hw_counters: packets, no bytes.
+                counter = hw
+                notes.append(f"{name}: packets from hw_counters ({hw}); this port counts no bytes")
             delta, problem, note = _field_delta(
                 name,
                 counter,
@@ -410,7 +417,17 @@ def _request_members(
         ), "rdma"
     ports = {n for n, d in deltas.items() if d.kind == "rdma" and d.rdma_device == req}
     if ports:
-        return ports, "rdma"
+        # A port that counts packets but no bytes (rxe) proves by its packets that RDMA carried
+        # the run; its bytes are then read on the netdev it sends through (ndevs), where rxe's
+        # RoCE frames appear. A port without even packets moving proves nothing, and keeps none.
+        packet_only = {
+            nd
+            for n in ports
+            if deltas[n].bytes is None and (deltas[n].tx_packets or 0) + (deltas[n].rx_packets or 0) > 0
+            for nd in deltas[n].ndevs
+            if nd in deltas
+        }
+        return ports | packet_only, "rdma"
     if req in deltas and deltas[req].kind == "net":
         behind = {n for n, d in deltas.items() if d.kind == "rdma" and req in d.ndevs}
         return {req} | behind, "net"
@@ -534,6 +551,11 @@ def _judge_side(
         ],
         "devices": _device_table(deltas, members, observed),
     }
+    if request is not None and req_kind == "rdma" and req_by is not None and "/" not in req_by:
+        result["notes"] = [
+            f"{request.name} counts packets but no bytes (Soft-RoCE rxe does this): its packets moved, "
+            f"and its bytes were read on {req_by}, the netdev it sends through"
+        ]
     if request is not None:
         result["requested"] = {
             "device": request.name,

@@ -76,6 +76,7 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     reuse = os.environ.get("FS_VERBS_RESULTS")  # a previous run's output dir: assert without booting
     out = Path(reuse) if reuse else tmp_path_factory.mktemp("softroce-verbs")
     rc = None
+    load_before = _host_load()
     if not reuse:
         softroce.build()  # cached: returns at once when the image exists
         guest_engine(out / "bin")
@@ -89,7 +90,15 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                               stdout=console, stderr=console)
     res = {s: _load(out / "res" / f"{s}.jsonl") for s in ("functional", "errors", "bench")}
     by_name = {r["case"]: r for s in ("functional", "errors") for r in res[s]}
-    return {"rc": rc, "out": out, "by_name": by_name, "bench": res["bench"], "sections": sections}
+    return {"rc": rc, "out": out, "by_name": by_name, "bench": res["bench"], "sections": sections,
+            "load": (load_before, _host_load())}
+
+
+def _host_load() -> str:
+    """Other qemu guests on this 2-core host halve ours: the bench table says how busy it was."""
+    q = subprocess.run(["pgrep", "-c", "qemu-system"], capture_output=True, text=True).stdout.strip() or "0"
+    la = os.getloadavg()
+    return f"load average {la[0]:.2f}/{la[1]:.2f}/{la[2]:.2f}, {q} qemu process(es) running"
 
 
 def _results(rec: dict[str, Any]) -> list[dict[str, Any]]:
@@ -246,7 +255,10 @@ def test_bench_vs_perftest(guest: dict[str, Any]) -> None:
     recs = guest["bench"]
     rows = b.table(recs)
     assert {r["bench"] for r in rows} == {n for n, *_ in suite.BENCH + suite.BENCH_EVENT}
-    md = b.render(recs, "Written by the softroce test run.")
+    before, after = guest["load"]
+    md = b.render(recs, f"Host (2 CPUs, shared with other work): before the guest run: {before}; after it: "
+                        f"{after}. Another guest running at the same time takes CPU from ours, which is why "
+                        "repeats alternate and medians are compared.")
     (REPO / "bench" / "RESULTS-softroce.md").write_text(md)
     for r in rows:
         # every repeat of both tools must have produced a number

@@ -27,3 +27,35 @@ def test_doctor_names_the_roce_v2_gid_index_a_default_tool_misses() -> None:
     assert gid.severity == "warn" and "index 1" in gid.title and "fe80" in gid.title
     mtu = next(f for f in report.findings if f.id.startswith("ports.mtu"))
     assert "1500" in mtu.title and "1024" in mtu.title
+
+
+def _side(root: Path) -> dict[str, object]:
+    """The engine's counter snapshot shape, read from one captured sysfs tree."""
+    stats = root / "class/net/eth0/statistics"
+    hw = root / "class/infiniband/rxe0/ports/1/hw_counters"
+    return {
+        "net": {"eth0": {k: int((stats / k).read_text()) for k in ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets")}},
+        "rdma": {"hw_sent_pkts": int((hw / "sent_pkts").read_text()), "hw_rcvd_pkts": int((hw / "rcvd_pkts").read_text())},
+    }
+
+
+def test_a_real_rxe_write_is_verified_by_port_packets_and_netdev_bytes() -> None:
+    """The capture brackets `ib_write_bw -n 500 -s 65536` (32,768,000 payload bytes) with
+    counter copies: rxe counts the packets, eth0 behind it the bytes."""
+    from fabscope.path import verdict
+
+    before, after = _side(RXE.parent / "counters-before" / "sys"), _side(RXE)
+    local = {
+        "host": "rxe-guest",
+        "net": {"eth0": {"before": before["net"]["eth0"], "after": after["net"]["eth0"]}},  # type: ignore[index]
+        "rdma": {"rxe0/1": {"link_layer": "Ethernet", "ndevs": ["eth0"], "before": before["rdma"], "after": after["rdma"]}},
+    }
+    record = {"pattern": "bw", "op": "write", "size": 65536, "iterations": 500, "warmup": 0,
+              "config": {"device": "rxe0"}, "transport": {"local": {}}, "counters": {"local": local, "peer": None}}
+    path = verdict(record)
+    assert path["verdict"] == "verified", path
+    side = path["sides"]["local"]
+    assert side["requested"]["counted_on"] == "eth0"  # rxe's bytes are read behind the port
+    assert set(side["requested"]["counted_by"]) == {"rxe0/1", "eth0"}
+    assert "counts packets but no bytes" in side["notes"][0]
+    assert side["requested"]["of_expected"] >= 1.0  # headers on top of 32.8 MB of payload

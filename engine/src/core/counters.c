@@ -9,9 +9,14 @@
 #include <unistd.h>
 
 static const char *const net_keys[FS_CNT_NVAL] = {"tx_bytes", "rx_bytes", "tx_packets",
-                                                   "rx_packets"};
+                                                   "rx_packets", NULL, NULL};
 static const char *const rdma_keys[FS_CNT_NVAL] = {"port_xmit_data", "port_rcv_data",
-                                                    "port_xmit_packets", "port_rcv_packets"};
+                                                    "port_xmit_packets", "port_rcv_packets",
+                                                    "hw_sent_pkts", "hw_rcvd_pkts"};
+/* Where each rdma key lives under ports/N/. */
+static const char *const rdma_files[FS_CNT_NVAL] = {
+    "counters/port_xmit_data",    "counters/port_rcv_data", "counters/port_xmit_packets",
+    "counters/port_rcv_packets",  "hw_counters/sent_pkts",  "hw_counters/rcvd_pkts"};
 
 static const char *sysfs_root(void)
 {
@@ -61,7 +66,7 @@ void fs_counters_snap(struct fs_cnt_snap *s)
         memset(dev, 0, sizeof *dev);
         snprintf(dev->name, sizeof dev->name, "%s", e->d_name);
         int any = 0;
-        for (int k = 0; k < FS_CNT_NVAL; k++) {
+        for (int k = 0; k < FS_CNT_NVAL && net_keys[k]; k++) {
             snprintf(path, sizeof path, "%s/class/net/%s/statistics/%s", root, e->d_name,
                      net_keys[k]);
             dev->have[k] = read_u64(path, &dev->v[k]) == 0;
@@ -91,8 +96,21 @@ void fs_counters_snap(struct fs_cnt_snap *s)
             snprintf(path, sizeof path, "%s/%s/link_layer", ports, pe->d_name);
             read_str(path, dev->link_layer, sizeof dev->link_layer);
             for (int k = 0; k < FS_CNT_NVAL; k++) {
-                snprintf(path, sizeof path, "%s/%s/counters/%s", ports, pe->d_name, rdma_keys[k]);
+                snprintf(path, sizeof path, "%s/%s/%s", ports, pe->d_name, rdma_files[k]);
                 dev->have[k] = read_u64(path, &dev->v[k]) == 0;
+            }
+            /* The first few GID slots name the netdev; reading all (up to 1024) costs minutes
+             * under emulation and adds nothing. */
+            int nn = 0;
+            for (int g = 0; g < 8 && nn < FS_CNT_NDEVS; g++) {
+                char nd[32];
+                snprintf(path, sizeof path, "%s/%s/gid_attrs/ndevs/%d", ports, pe->d_name, g);
+                read_str(path, nd, sizeof nd);
+                int dup = !nd[0];
+                for (int k = 0; k < nn && !dup; k++)
+                    dup = strcmp(dev->ndevs[k], nd) == 0;
+                if (!dup)
+                    snprintf(dev->ndevs[nn++], sizeof dev->ndevs[0], "%s", nd);
             }
             s->n++;
         }
@@ -108,7 +126,7 @@ static cJSON *values(const struct fs_cnt_dev *dev)
     const char *const *keys = dev->is_rdma ? rdma_keys : net_keys;
     cJSON *o = cJSON_CreateObject();
     for (int k = 0; k < FS_CNT_NVAL; k++)
-        if (dev->have[k])
+        if (dev->have[k] && keys[k])
             cJSON_AddNumberToObject(o, keys[k], (double)dev->v[k]);
     return o;
 }
@@ -130,8 +148,12 @@ cJSON *fs_counters_json(const struct fs_cnt_snap *before, const struct fs_cnt_sn
         if (!b)
             continue; /* appeared during the run: no baseline to compare */
         cJSON *d = cJSON_AddObjectToObject(a->is_rdma ? rdma : net, a->name);
-        if (a->is_rdma)
+        if (a->is_rdma) {
             cJSON_AddStringToObject(d, "link_layer", a->link_layer);
+            cJSON *nd = cJSON_AddArrayToObject(d, "ndevs");
+            for (int k = 0; k < FS_CNT_NDEVS && a->ndevs[k][0]; k++)
+                cJSON_AddItemToArray(nd, cJSON_CreateString(a->ndevs[k]));
+        }
         cJSON_AddItemToObject(d, "before", values(b));
         cJSON_AddItemToObject(d, "after", values(a));
     }

@@ -10,12 +10,16 @@
 struct cJSON;
 
 #define FS_CNT_MAX_DEV 128
-#define FS_CNT_NVAL 4
+/* netdevs: tx/rx bytes and packets. RDMA ports: port_{xmit,rcv}_{data,packets}, then
+ * hw_counters sent_pkts/rcvd_pkts, which is all rxe (Soft-RoCE) has: packets, no bytes. */
+#define FS_CNT_NVAL 6
+#define FS_CNT_NDEVS 4
 
 struct fs_cnt_dev {
     char name[96];  /* "lo" or "rxe0/1" */
     int is_rdma;
     char link_layer[16];
+    char ndevs[FS_CNT_NDEVS][32]; /* netdevs behind a RoCE/IPoIB port (gid_attrs/ndevs) */
     uint64_t v[FS_CNT_NVAL];
     int have[FS_CNT_NVAL];
 };
