@@ -2,7 +2,7 @@
 #   make run    set up, then the loopback suite (every built backend and pattern) with its report
 #   make test   set up, then every test (unit, engine C tests, sanitizers, fuzz smoke, integration,
 #               netns, Soft-RoCE guest)
-.PHONY: setup run test test-fast lint engine-asan fuzz clean
+.PHONY: setup run test test-fast lint bench clean
 
 setup:
 	bash scripts/setup.sh
@@ -20,6 +20,12 @@ test-fast: setup
 lint: setup
 	.venv/bin/ruff check python tests bench
 	.venv/bin/mypy
+
+# Side-by-side runs against the peer tools (sockperf, qperf, iperf3, ucx_perftest, fi_pingpong,
+# an OSU-style MPI ping-pong); ratios of medians in one run. Not a test: it always exits 0.
+bench: setup
+	.venv/bin/python bench/tcp_peers.py
+	[ ! -f bench/middleware_peers.py ] || .venv/bin/python bench/middleware_peers.py
 
 clean:
 	rm -rf build .venv

@@ -613,9 +613,10 @@ def test_main_doctor_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     code = main_doctor(["--json", "--sysfs-root", str(fx("ib-no-sm"))])
     data = json.loads(capsys.readouterr().out)
     assert code == 7 and data["worst"] == "error"
-    assert main_doctor(["--peer", "x"]) == 2
+    assert main_doctor(["--bogus"]) == 2  # usage
+    assert main_doctor(["--peer", "127.0.0.1:1"]) == 3  # nothing serves there
     err = capsys.readouterr().err
-    assert "unrecognized arguments: --peer" in err and "Traceback" not in err
+    assert "unrecognized arguments: --bogus" in err and "fabscope serve" in err and "Traceback" not in err
 
 
 def test_text_renderer_has_table_and_fixes() -> None:
