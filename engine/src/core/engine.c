@@ -190,6 +190,31 @@ static int backend_setup(struct fs_run *r, struct fs_err *err)
     return 0;
 }
 
+/* ---- connection: both sides trade backend addresses the same way ------------------------ */
+
+/* Sends {"type": type, "address": what the peer needs to reach our backend}. */
+static int send_address(struct fs_run *r, const char *type, struct fs_err *err)
+{
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "type", type);
+    cJSON *addr = cJSON_AddObjectToObject(m, "address");
+    int rc = r->bops->local_address(r->be, addr, err) || fs_ctl_send(&r->ctl, m, timeout_ms(r), err);
+    cJSON_Delete(m);
+    return rc ? -1 : 0;
+}
+
+/* Waits for a `type` message and connects the backend to the address it carries. */
+static int connect_from(struct fs_run *r, const char *type, struct fs_err *err)
+{
+    cJSON *m = NULL;
+    if (fs_ctl_expect(&r->ctl, type, timeout_ms(r), &m, err))
+        return -1;
+    int rc = r->bops->connect(r->be, cJSON_GetObjectItemCaseSensitive(m, "address"), timeout_ms(r),
+                              err);
+    cJSON_Delete(m);
+    return rc;
+}
+
 /* ---- per-size protocol ------------------------------------------------------------------ */
 
 static int size_phases(struct fs_run *r, uint64_t size, struct fs_side_view *mine,
@@ -248,18 +273,9 @@ int fs_run_server(struct fs_run *r, struct fs_err *err)
         backend_setup(r, err))
         goto fail;
     cJSON_Delete(m);
-    m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "type", "ready");
-    cJSON *addr = cJSON_AddObjectToObject(m, "address");
-    if (r->bops->local_address(r->be, addr, err) || fs_ctl_send(&r->ctl, m, timeout_ms(r), err))
+    m = NULL;
+    if (send_address(r, "ready", err) || connect_from(r, "connect", err))
         goto fail;
-    cJSON_Delete(m);
-    if (fs_ctl_expect(&r->ctl, "connect", timeout_ms(r), &m, err))
-        return -1;
-    if (r->bops->connect(r->be, cJSON_GetObjectItemCaseSensitive(m, "address"), timeout_ms(r),
-                         err))
-        goto fail;
-    cJSON_Delete(m);
     m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "type", "connected");
     cJSON *tr = cJSON_AddObjectToObject(m, "transport");
@@ -326,21 +342,9 @@ int fs_run_client(struct fs_run *r, struct fs_out *out, struct fs_err *err)
     int rc = fs_ctl_send(&r->ctl, m, timeout_ms(r), err);
     cJSON_Delete(m);
     m = NULL;
-    if (rc || backend_setup(r, err))
+    if (rc || backend_setup(r, err) || connect_from(r, "ready", err) ||
+        send_address(r, "connect", err))
         goto fail;
-    if (fs_ctl_expect(&r->ctl, "ready", timeout_ms(r), &m, err))
-        return -1;
-    if (r->bops->connect(r->be, cJSON_GetObjectItemCaseSensitive(m, "address"), timeout_ms(r),
-                         err))
-        goto fail;
-    cJSON_Delete(m);
-    m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "type", "connect");
-    cJSON *addr = cJSON_AddObjectToObject(m, "address");
-    if (r->bops->local_address(r->be, addr, err) || fs_ctl_send(&r->ctl, m, timeout_ms(r), err))
-        goto fail;
-    cJSON_Delete(m);
-    m = NULL;
     cJSON *connected = NULL;
     if (fs_ctl_expect(&r->ctl, "connected", timeout_ms(r), &connected, err))
         return -1;
