@@ -121,6 +121,14 @@ def render(records: list[dict], context: str = "") -> str:
             f"| {r['perftest_cmd'] or r['bench']} vs fabscope {r['bench'].replace('_', ' ')} | {fmt(r['perftest'])} | "
             f"{fmt(r['fabscope'])} | {unit} | {ratio} | {cmp} {r['goal']} | {met} | "
             f"{r['n_perftest']}/{r['n_fabscope']} of {r['runs']} |")
+    fails = [r for r in records if r.get("section") == "bench" and r.get("rc") != 0]
+    if fails:
+        lines += ["", "## Runs that produced no number", ""]
+        for r in fails:
+            raw = (r.get("raw") or r.get("stderr") or "").strip().splitlines()
+            why = next((ln.strip() for ln in raw if "Correlation" in ln or "Couldn't" in ln or "error" in ln.lower()),
+                       raw[-1].strip() if raw else "?")
+            lines.append(f"- {r.get('tool')} {r.get('bench')} repeat {r.get('rep')}: exit {r.get('rc')}: `{why}`")
     lines += ["", "## Settings and raw values", ""]
     for r in rows:
         lines.append(f"- **{r['bench']}**: perftest printed {r['settings']}; fabscope args "

@@ -88,10 +88,16 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                                "/fabscope/tests/softroce/verbs_suite.py", "/out/res", *sections],
                               out_dir=out, timeout_s=float(os.environ.get("FS_VERBS_TIMEOUT", "2400")),
                               stdout=console, stderr=console)
+    load_file = out / "host-load.json"
+    if reuse and load_file.exists():
+        load_before, load_after = json.loads(load_file.read_text())
+    else:
+        load_after = _host_load()
+        load_file.write_text(json.dumps([load_before, load_after]))
     res = {s: _load(out / "res" / f"{s}.jsonl") for s in ("functional", "errors", "bench")}
     by_name = {r["case"]: r for s in ("functional", "errors") for r in res[s]}
     return {"rc": rc, "out": out, "by_name": by_name, "bench": res["bench"], "sections": sections,
-            "load": (load_before, _host_load())}
+            "load": (load_before, load_after)}
 
 
 def _host_load() -> str:
@@ -220,20 +226,15 @@ def test_error_messages(guest: dict[str, Any], name: str) -> None:
 
 
 def test_gid_mismatch_is_explained(guest: dict[str, Any]) -> None:
-    """One side on the link-local GID, the other on the IPv4 one (perftest users' `-x` guess).
-    rxe may or may not carry it; when it fails, the message must say why, not "status 12"."""
+    """Client on the link-local (IPv6) GID, server on the IPv4 one: perftest users' `-x` guess.
+    rxe refuses the QP transition (EINVAL); fabscope says which GIDs and what to do instead."""
     if "errors" not in guest["sections"]:
         pytest.skip("errors section not run")
     rec = _get(guest, "gid-kind-mismatch")
-    if rec["rc"] == 0:
-        gids = [r["transport"]["local"]["gid"]["index"] for r in _results(rec)]
-        assert gids == [0], gids
-        return
-    assert rec["rc"] in (3, 4), _explain(rec)
-    text = rec["stderr"] + rec["server_stderr"]
-    assert "GID index 0" in text or "gid" in text.lower(), text
-    if "status 12" in text:
-        assert "did not acknowledge" in text and "UDP port 4791" in text
+    assert rec["rc"] == 2, _explain(rec)
+    for text in ("GID mismatch", "GID index 0 (fe80::", f"GID index 1 (::ffff:{RXE_IPV4}, IPv4)",
+                 "Leave --gid-index out"):
+        assert text in rec["stderr"], rec["stderr"]
 
 
 def test_memlock_with_cap_ipc_lock_runs(guest: dict[str, Any]) -> None:
@@ -261,8 +262,11 @@ def test_bench_vs_perftest(guest: dict[str, Any]) -> None:
                         "repeats alternate and medians are compared.")
     (REPO / "bench" / "RESULTS-softroce.md").write_text(md)
     for r in rows:
-        # every repeat of both tools must have produced a number
-        assert r["n_perftest"] >= 3 and r["n_fabscope"] >= 3, (r["bench"], r["perftest_all"], r["fabscope_all"])
+        # every fabscope repeat must produce a number; perftest itself sometimes refuses under TCG
+        # ("Correlation coefficient r^2 < 0.9 - Can't produce a report": its cycle counter check),
+        # so 2 of its 3 suffice
+        assert r["n_fabscope"] == r["runs"] and r["n_perftest"] >= r["runs"] - 1, (
+            r["bench"], r["perftest_all"], r["fabscope_all"])
         # TCG with server and client on one vCPU is noisy: the goals (1.05x / 0.95x) are reported
         # in the table; the test only catches gross regressions
         assert r["ratio"] is not None

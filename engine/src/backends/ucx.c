@@ -21,7 +21,10 @@
 
 struct ucx_opts {
     char tls[256];
+    char mem[8];
 };
+
+static const char *const ucx_mem_values[] = {"ucx", "user", NULL};
 
 #define O(f) offsetof(struct ucx_opts, f)
 #define S(f) sizeof(((struct ucx_opts *)0)->f)
@@ -30,6 +33,11 @@ static const struct fs_option ucx_options[] = {
      "UCX transports (sets UCX_TLS), e.g. tcp | sm,self | posix,self; every name is checked "
      "against what UCX reports on this host; empty = UCX_TLS from the environment or UCX's "
      "default. --device NAME[,NAME] sets UCX_NET_DEVICES the same way",
+     0},
+    {"ucx-mem", FS_OPT_ENUM, O(mem), S(mem), 0, 0, "ucx", ucx_mem_values,
+     "who allocates the buffers of put/get/atomics: ucx (ucp_mem_map allocates, so shared-memory "
+     "transports map it and copy directly, as ucx_perftest does) or user (malloc'd and "
+     "registered: what an application's own buffers get, often software-emulated over sm)",
      0},
     {0},
 };
@@ -52,6 +60,7 @@ struct ucx {
     int is_server;
     int block;       /* the core asked for block mode and the worker has an event fd */
     int mem_polling; /* write in lat: arrivals are seen by polling memory, which cannot block */
+    int ucx_owns_buffers; /* sbuf/rbuf came from ucp_mem_map(ALLOCATE): unmapping frees them */
     enum fs_op op;
     enum fs_pattern pat;
     uint64_t bufsize, size;
@@ -465,18 +474,33 @@ static int needs_rkey(enum fs_op op)
     return op == FS_OP_WRITE || op == FS_OP_READ || op == FS_OP_FADD || op == FS_OP_CSWAP;
 }
 
-static int map_buffer(struct ucx *u, void *buf, ucp_mem_h *memh, struct fs_err *err)
+/* Registers *buf, or with --ucx-mem ucx lets UCX allocate it (then *buf is UCX's and must not
+ * be freed by us): memory UCX allocates can be mapped by its shared-memory transports, so put
+ * and get copy directly instead of being emulated with active messages. */
+static int map_buffer(struct ucx *u, uint8_t **buf, ucp_mem_h *memh, struct fs_err *err)
 {
+    const int alloc = strcmp(u->o.mem, "ucx") == 0;
     ucp_mem_map_params_t mp = {.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
-                                             UCP_MEM_MAP_PARAM_FIELD_LENGTH,
-                               .address = buf,
-                               .length = u->bufsize};
+                                             UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                                             UCP_MEM_MAP_PARAM_FIELD_FLAGS,
+                               .address = alloc ? NULL : *buf,
+                               .length = u->bufsize,
+                               .flags = alloc ? UCP_MEM_MAP_ALLOCATE : 0};
     ucs_status_t st = ucp_mem_map(u->context, &mp, memh);
     if (st != UCS_OK)
         return fs_fail(err, FS_EXIT_MEASURE,
-                       "ucx: cannot register %llu bytes (ucp_mem_map): %s; if this is ENOMEM, "
+                       "ucx: cannot %s %llu bytes (ucp_mem_map): %s; if this is ENOMEM, "
                        "raise the locked-memory limit (ulimit -l)",
-                       (unsigned long long)u->bufsize, ucs_status_string(st));
+                       alloc ? "allocate" : "register", (unsigned long long)u->bufsize,
+                       ucs_status_string(st));
+    if (alloc) {
+        ucp_mem_attr_t attr = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
+        if ((st = ucp_mem_query(*memh, &attr)) != UCS_OK)
+            return ucs_fail(err, FS_EXIT_MEASURE, "ucp_mem_query", st);
+        free(*buf);
+        *buf = attr.address;
+        u->ucx_owns_buffers = 1;
+    }
     return 0;
 }
 
@@ -555,11 +579,11 @@ static int ucx_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
         posix_memalign((void **)&u->rbuf, 4096, u->bufsize))
         return fs_fail(err, FS_EXIT_MEASURE, "ucx: cannot allocate %llu-byte buffers",
                        (unsigned long long)u->bufsize);
+    if (needs_rkey(u->op) &&
+        (map_buffer(u, &u->sbuf, &u->smemh, err) || map_buffer(u, &u->rbuf, &u->rmemh, err)))
+        return -1;
     memset(u->sbuf, 0xa5, u->bufsize);
     memset(u->rbuf, 0, u->bufsize);
-    if (needs_rkey(u->op) &&
-        (map_buffer(u, u->sbuf, &u->smemh, err) || map_buffer(u, u->rbuf, &u->rmemh, err)))
-        return -1;
     if (u->op == FS_OP_FADD || u->op == FS_OP_CSWAP) {
         u->amo_reply = calloc((size_t)u->tx_depth, sizeof *u->amo_reply);
         if (!u->amo_reply)
@@ -1026,6 +1050,10 @@ static void ucx_describe(void *be, cJSON *o)
 {
     struct ucx *u = be;
     cJSON_AddStringToObject(o, "kind", "ucx");
+    if (needs_rkey(u->op))
+        cJSON_AddStringToObject(o, "rma_memory",
+                                u->ucx_owns_buffers ? "allocated by UCX (ucp_mem_map ALLOCATE)"
+                                                    : "user memory, registered with ucp_mem_map");
     cJSON_AddStringToObject(o, "ucx_version", ucp_get_version_string());
     cJSON_AddStringToObject(o, "api", u->op == FS_OP_WRITE ? "put (ucp_put_nbx)"
                                       : u->op == FS_OP_READ ? "get (ucp_get_nbx)"
@@ -1091,8 +1119,10 @@ static void ucx_teardown(void *be)
         ucp_worker_destroy(u->worker);
     if (u->context)
         ucp_cleanup(u->context);
-    free(u->sbuf);
-    free(u->rbuf);
+    if (!u->ucx_owns_buffers) {
+        free(u->sbuf);
+        free(u->rbuf);
+    }
     free(u->amo_reply);
     free(u);
 }

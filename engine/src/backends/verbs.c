@@ -39,6 +39,7 @@
 /* A CQ event is acknowledged in batches: ibv_ack_cq_events takes a mutex. */
 #define VB_ACK_EVERY 64
 #define VB_READ_SEED 0x5eedu
+#define VB_PASSIVE_SLEEP_MS 5
 
 /* ---- options -------------------------------------------------------------------------------- */
 
@@ -1369,6 +1370,22 @@ static int vb_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_er
     }
     if (pick_mtu(v, err))
         return -1;
+    if (v->use_grh && v->pattr.link_layer == IBV_LINK_LAYER_ETHERNET &&
+        gid_is_ipv4(&v->gid, NULL, 0) != gid_is_ipv4(&v->peer_gid, NULL, 0)) {
+        /* RoCE v2 puts the GIDs in an IP header: an IPv4 one cannot talk to an IPv6 one.
+         * Found by perftest users as an EINVAL from ibv_modify_qp or a status 12 later. */
+        char pg[INET6_ADDRSTRLEN];
+        gid_text(&v->peer_gid, pg, sizeof pg);
+        const cJSON *pidx = cJSON_GetObjectItemCaseSensitive(peer, "gid_index");
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "GID mismatch: this side uses GID index %d (%s, %s) and the peer GID index "
+                       "%d (%s, %s); RoCE v2 carries GIDs as IP addresses, so both must be IPv4 or "
+                       "both IPv6. Leave --gid-index out on both hosts (fabscope then picks the "
+                       "RoCE v2 IPv4 GID) or give indices of the same kind",
+                       v->gid_index, v->gid_str, gid_is_ipv4(&v->gid, NULL, 0) ? "IPv4" : "IPv6",
+                       cJSON_IsNumber(pidx) ? pidx->valueint : -1, pg,
+                       gid_is_ipv4(&v->peer_gid, NULL, 0) ? "IPv4" : "IPv6");
+    }
     const cJSON *qps = cJSON_GetObjectItemCaseSensitive(peer, "qps");
     if (!cJSON_IsArray(qps) || cJSON_GetArraySize(qps) != v->nqp)
         return fs_fail(err, FS_EXIT_PEER, "verbs: the peer has %d QPs, this side %d",
@@ -1687,8 +1704,10 @@ static int vb_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_er
         /* The NIC answers reads, atomics and writes without us: this process only waits for
          * the initiator's count on the control channel. Spinning here would take the CPU from
          * the initiator and from a software device (rxe, siw) on a shared core, which perftest's
-         * sleeping target does not; so yield it. Nothing is timed on this side. */
-        poll(NULL, 0, wait_ms > 0 ? wait_ms : 1);
+         * sleeping target does not; so sleep. Not 1 ms: on a one-vCPU rxe guest, 1000 wake-ups
+         * a second cost the initiator ~10% of its read bandwidth. Nothing is timed on this side;
+         * the sleep only delays noticing the end of the phase (the core looks every 16 calls). */
+        poll(NULL, 0, wait_ms > 0 ? wait_ms : VB_PASSIVE_SLEEP_MS);
         return 0;
     }
     if (poll_cq(v, ev, &got, err))
