@@ -16,7 +16,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,33 +29,22 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import verbs_suite as suite  # noqa: E402
 
+from conftest import engine_bin  # noqa: E402
+
 pytestmark = [
     pytest.mark.softroce,
     pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                        reason="the Soft-RoCE testbed needs qemu-system-x86_64 (package qemu-system-x86)"),
 ]
 
-GUEST_LIBS = ("libibverbs", "librdmacm", "libcjson", "libnl-3.0", "libnl-route-3.0")
 RXE_IPV4 = "192.168.77.1"
 
 
 def guest_engine(dest: Path, override: Path | None = None) -> Path:
-    """A fabscope-engine whose shared libraries all exist in the guest image."""
+    """The engine the guest runs: the host build itself (the guest image carries every library it
+    links), or FS_GUEST_ENGINE."""
     dest.mkdir(parents=True, exist_ok=True)
-    src = override or (Path(os.environ["FS_GUEST_ENGINE"]) if os.environ.get("FS_GUEST_ENGINE") else None)
-    if src is None:
-        pcdir = Path(tempfile.mkdtemp(prefix="fs-guest-pc-"))
-        for lib in GUEST_LIBS:
-            d = subprocess.run(["pkg-config", "--variable=pcfiledir", lib], capture_output=True, text=True,
-                               check=True).stdout.strip()
-            shutil.copy(Path(d) / f"{lib}.pc", pcdir)
-        build = REPO / "build" / "engine-softroce-guest"
-        env = dict(os.environ, PKG_CONFIG_LIBDIR=str(pcdir))
-        subprocess.run(["cmake", "-S", str(REPO / "engine"), "-B", str(build), "-G", "Ninja"], env=env, check=True,
-                       capture_output=True)
-        subprocess.run(["ninja", "-C", str(build), "fabscope-engine"], env=env, check=True, capture_output=True)
-        src = build / "fabscope-engine"
-        shutil.rmtree(pcdir, ignore_errors=True)
+    src = override or (Path(os.environ["FS_GUEST_ENGINE"]) if os.environ.get("FS_GUEST_ENGINE") else engine_bin())
     out = dest / "fabscope-engine"
     shutil.copy(src, out)
     return out

@@ -1764,6 +1764,13 @@ static int vb_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_er
 
 /* ---- describe / teardown -------------------------------------------------------------------- */
 
+/* UC and UD do not retransmit: a dropped message is a loss to report, not a stalled peer. */
+static int vb_lossy(void *be)
+{
+    const struct vb *v = be;
+    return v->svc != VB_RC;
+}
+
 static void vb_describe(void *be, cJSON *o)
 {
     struct vb *v = be;
@@ -1892,6 +1899,7 @@ const struct fs_backend_ops fs_backend_verbs = {
     .prepare = vb_prepare,
     .post = vb_post,
     .progress = vb_progress,
+    .lossy = vb_lossy,
     .describe = vb_describe,
     .teardown = vb_teardown,
 };

@@ -57,6 +57,10 @@ struct fs_backend_ops {
     /* Optional: make every completed PASSIVE operation visible at the target before the core
      * stops the clock. */
     int (*flush)(void *be, struct fs_err *err);
+    /* Optional: 1 when messages may be dropped without an error (InfiniBand UC and UD do not
+     * retransmit). A receiver then stops once the sender's count is known and nothing arrived
+     * for a grace period, and the record reports the loss instead of a timeout. */
+    int (*lossy)(void *be);
     /* What actually carried the bytes: device, addresses, lanes, provider... */
     void (*describe)(void *be, struct cJSON *transport);
     /* Must accept a half set-up state: it also runs after a failed setup. */

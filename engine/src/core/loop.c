@@ -11,6 +11,9 @@
 #define FS_HOUSEKEEP_EVERY 256
 #define FS_HEARTBEAT_NS 1000000000ull
 #define FS_BLOCK_SLICE_MS 50
+/* Lossy services: how long after the last arrival (with the sender's count known) the missing
+ * messages count as lost. Generous: an emulated NIC under TCG stalls for tens of ms. */
+#define FS_LOSS_GRACE_NS 500000000ull
 
 static int send_simple(struct fs_run *r, const char *type, struct fs_err *err)
 {
@@ -199,6 +202,8 @@ static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uin
      * the target keeps calling progress. */
     const int wait_peer = do_recv || !do_send || r->pat == FS_PAT_BIBW;
     r->idle_side = !do_send && !do_recv;
+    const int lossy = do_recv && r->bops->lossy && r->bops->lossy(r->be);
+    uint64_t quiet_since = start;
     unsigned turns = 0;
     struct fs_events ev;
     for (;;) {
@@ -223,6 +228,8 @@ static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uin
         }
         completed += ev.tx_done;
         outstanding -= ev.tx_done < outstanding ? ev.tx_done : outstanding;
+        if (ev.rx_done || r->peer_sent < 0)
+            quiet_since = now;
         if (ev.rx_done) {
             if (rx == 0) {
                 t_first_rx = now;
@@ -255,6 +262,10 @@ static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uin
                 return -1;
             if (send_done && phase_over(r, wait_peer, do_recv, rx))
                 break;
+            if (send_done && lossy && r->peer_sent >= 0 && now - quiet_since > FS_LOSS_GRACE_NS) {
+                v->rx_lost = (uint64_t)r->peer_sent - rx;
+                break;
+            }
         }
     }
     (void)completed;
@@ -303,6 +314,7 @@ static void view_json(const struct fs_side_view *v, cJSON *o)
     cJSON_AddNumberToObject(o, "rx_msgs", (double)v->rx_msgs);
     cJSON_AddNumberToObject(o, "rx_timed_msgs", (double)v->rx_timed_msgs);
     cJSON_AddNumberToObject(o, "rx_span_ns", (double)v->rx_span_ns);
+    cJSON_AddNumberToObject(o, "rx_lost", (double)v->rx_lost);
 }
 
 static uint64_t num(const cJSON *o, const char *k)
@@ -351,6 +363,7 @@ int fs_phase_exchange(struct fs_run *r, const struct fs_side_view *mine, cJSON *
     theirs->rx_msgs = num(p, "rx_msgs");
     theirs->rx_timed_msgs = num(p, "rx_timed_msgs");
     theirs->rx_span_ns = num(p, "rx_span_ns");
+    theirs->rx_lost = num(p, "rx_lost");
     if (peer_msg)
         *peer_msg = p;
     else

@@ -158,6 +158,17 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
                 cJSON_CreateString("the receiver saw all messages in one receive event, so it "
                                    "cannot time them: bandwidth is null; raise --iters or use "
                                    "--duration"));
+        uint64_t lost = mine->rx_lost + theirs->rx_lost;
+        uint64_t sent = mine->tx_msgs + theirs->tx_msgs;
+        cJSON_AddNumberToObject(rec, "lost_messages", (double)lost);
+        if (lost) {
+            char w[256];
+            snprintf(w, sizeof w,
+                     "%llu of %llu messages were lost (this service does not retransmit); "
+                     "bandwidth counts delivered messages only",
+                     (unsigned long long)lost, (unsigned long long)sent);
+            cJSON_AddItemToArray(warnings, cJSON_CreateString(w));
+        }
         struct rate sender = tx_rate(mine, size);
         add_rate(rec, "sender_", &sender, NULL);
     }

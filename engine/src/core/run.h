@@ -20,6 +20,7 @@ struct fs_side_view {
     uint64_t rx_msgs;
     uint64_t rx_timed_msgs; /* arrivals after the first receive event */
     uint64_t rx_span_ns;    /* first to last receive event */
+    uint64_t rx_lost;       /* lossy services: sent by the peer, never arrived */
 };
 
 struct fs_run {

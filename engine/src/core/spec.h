@@ -25,7 +25,6 @@ struct fs_spec {
     long cpu;
     char format[8];
     int hold_cpu_latency;
-    int verify;
     int options_json;
     int help;
     int list_backends;

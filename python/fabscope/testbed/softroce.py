@@ -71,6 +71,10 @@ GUEST_PACKAGES: tuple[str, ...] = (
     "libcjson1",
     "libibverbs1",
     "librdmacm1",
+    # The engine built on the host links every backend it found; the guest runs that same
+    # binary, so it needs their runtime libraries too.
+    "libucx0",
+    "libfabric1",
 )
 # Module trees no guest on a virtio machine ever loads. Dropping them halves the
 # image (faster mkfs, smaller cache); depmod runs again afterwards.
