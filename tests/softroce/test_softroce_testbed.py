@@ -10,6 +10,7 @@ no guest.
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
@@ -184,3 +185,31 @@ def test_control_dir_quotes_argv_exactly(tmp_path: Path) -> None:
     assert got.stdout == "a b|it's|$HOME|*|"
     env = (tmp_path / "ctl" / "env").read_text()
     assert "FS_RDMA=rxe\n" in env and "FS_NONCE=00\n" in env
+
+
+@pytest.mark.softroce
+def test_fabscope_itself_in_the_guest(tmp_path: Path) -> None:
+    """What a user does with `fabscope testbed softroce run -- ...`: the same fabscope and engine
+    as on the host, on a real verbs device."""
+    script = (
+        "fabscope devices --json > /out/devices.json; "
+        "fabscope doctor --json > /out/doctor.json; "
+        "fabscope run --loopback --backend verbs --device rxe0 --sizes 8,4K --iters 200 --format json "
+        "> /out/run.jsonl; echo run=$? > /out/run.rc"
+    )
+    rc = softroce.run(["sh", "-c", script], out_dir=tmp_path, timeout_s=600)
+    assert rc == 0
+    devices = json.loads((tmp_path / "devices.json").read_text())
+    assert [d["name"] for d in devices["rdma_devices"]] == ["rxe0"]
+    doctor = json.loads((tmp_path / "doctor.json").read_text())
+    gid = next(f for f in doctor["findings"] if f["id"].startswith("gid.roce_v2"))
+    assert "index 1" in gid["title"]
+    assert (tmp_path / "run.rc").read_text().strip() == "run=0"
+    records = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
+    assert [r["size"] for r in records] == [8, 4096]
+    for rec in records:
+        local = rec["transport"]["local"]
+        assert local["device"] == "rxe0" and local["gid"]["index"] == 1
+        assert rec["latency_us"]["p50"] > 0
+        # One guest: rxe loops its own traffic back and the peer address is local.
+        assert rec["path"]["verdict"] == "unverifiable"

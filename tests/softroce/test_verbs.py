@@ -314,3 +314,22 @@ def test_wire_is_roce_v2_with_first_middle_last(wire: dict[str, Any]) -> None:
     # 1024 B (= MTU) is one packet: RDMA WRITE Only; 3072 B (3 x MTU): First, Middle, Last
     for want in ("RDMA Write Only", "RDMA Write First", "RDMA Write Middle", "RDMA Write Last"):
         assert want.lower() in text.lower(), f"{want} not on the wire:\n" + text[:3000]
+
+
+def test_wire_bytes_are_accounted_to_rxe0_on_both_guests(wire: dict[str, Any]) -> None:
+    """Issue 6 in the two-guest testbed: rxe counts the packets (it has no byte counters), eth0
+    behind it the bytes; the verdict for --device rxe0 is verified on both hosts."""
+    from fabscope.path import verdict
+
+    rec = wire["rec"]
+    assert rec is not None and rec["rc"] == 0
+    for result in _results(rec):
+        path = verdict(result)
+        assert path["verdict"] == "verified", path["summary"]
+        assert set(path["sides"]) == {"local", "peer"}
+        for side in path["sides"].values():
+            assert side["requested"]["counted_by"] == ["eth0", "rxe0/1"]
+            assert side["requested"]["of_expected"] >= 1.0
+        rdma = result["counters"]["local"]["rdma"]["rxe0/1"]
+        assert rdma["ndevs"] == ["eth0"]
+        assert rdma["after"]["hw_sent_pkts"] > rdma["before"]["hw_sent_pkts"]

@@ -360,7 +360,7 @@ def wire_client(out, peer: str = "peer", port: int = 18515) -> None:
     cap = subprocess.Popen(["dumpcap", "-q", "-i", "eth0", "-f", "udp port 4791", "-w", pcap],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     time.sleep(4)  # dumpcap under TCG: let it open the interface
-    argv = [ENGINE, "--peer", f"{peer}:{port}", "--backend", "verbs", "--timeout", TIMEOUT,
+    argv = [ENGINE, "--peer", f"{peer}:{port}", "--backend", "verbs", "--device", "rxe0", "--timeout", TIMEOUT,
             "--op", "write", "--pattern", "bw", "--sizes", "1024,3072", "--iters", "20", "--warmup", "0"]
     deadline = time.monotonic() + 60
     while True:
