@@ -219,6 +219,13 @@ def _delta_entry(name: str, kind: str, entry: Mapping[str, Any]) -> DeviceDelta:
             link_layer if isinstance(link_layer, str) else None,
             ndevs,
         )
+    if kind == "rdma" and not before and not after:
+        problems.append(
+            f"{name}: the device exposes no traffic counters at all (siw, the iWARP software device, "
+            "has none), so which device carried the bytes cannot be proven"
+        )
+        return DeviceDelta(name, kind, None, None, None, None, tuple(problems), (),
+                           link_layer if isinstance(link_layer, str) else None, ndevs)
     raw_bits = entry.get("bits")
     bits = raw_bits if raw_bits in (32, 64) else None
     if kind == "net":

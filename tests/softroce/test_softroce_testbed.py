@@ -213,3 +213,34 @@ def test_fabscope_itself_in_the_guest(tmp_path: Path) -> None:
         assert rec["latency_us"]["p50"] > 0
         # One guest: rxe loops its own traffic back and the peer address is local.
         assert rec["path"]["verdict"] == "unverifiable"
+
+
+@pytest.mark.softroce
+def test_fabscope_verbs_over_siw_iwarp(tmp_path: Path) -> None:
+    """iWARP (siw) between two guests: send, write and read in lat and bw through rdma_cm; atomics
+    are refused by the device (exit 6), never emulated; the counters say they cannot prove the path."""
+    loop = (
+        "for op in send write read; do for pat in lat bw; do "
+        "fabscope run --peer peer --backend verbs --device siw0 --cm --op $op --pattern $pat "
+        "--sizes 4K --iters 100 --timeout 60 --format json > /out/$op-$pat.jsonl 2>/out/$op-$pat.err; "
+        "echo $? > /out/$op-$pat.rc; done; done; "
+        "fabscope run --peer peer --backend verbs --device siw0 --cm --op fadd --sizes 8 2>/out/fadd.err; "
+        "echo $? > /out/fadd.rc"
+    )
+    rc = softroce.run(["sh", "-c", loop], two_guests=True, siw=True, out_dir=tmp_path, timeout_s=900)
+    assert rc == 0
+    client = tmp_path / "client"
+    for op in ("send", "write", "read"):
+        for pat in ("lat", "bw"):
+            assert (client / f"{op}-{pat}.rc").read_text().strip() == "0", (client / f"{op}-{pat}.err").read_text()
+            (rec,) = [json.loads(line) for line in (client / f"{op}-{pat}.jsonl").read_text().splitlines()]
+            local = rec["transport"]["local"]
+            assert local["device"] == "siw0" and local["gid"]["selection"].startswith("iWARP")
+            if pat == "lat":
+                assert rec["latency_us"]["p50"] > 0
+            else:
+                assert rec["bandwidth_gbps"] > 0
+            assert rec["path"]["verdict"] == "unverifiable"
+            assert "no traffic counters" in rec["path"]["summary"]
+    assert (client / "fadd.rc").read_text().strip() == "6"
+    assert "atomic" in (client / "fadd.err").read_text()

@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <ifaddrs.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -333,6 +334,47 @@ static void port_netdev(struct ibv_context *c, int port, char *out, size_t len)
         }
 }
 
+/* The netdev whose MAC is the first 6 bytes of the GID: siw builds its GID from the MAC and
+ * lists no netdev in the GID table or sysfs (only netlink, which `rdma link` reads). */
+static void netdev_by_gid_mac(const union ibv_gid *gid, char *nd, size_t len)
+{
+    char want[18], path[300], got[32];
+    const uint8_t *m = gid->raw;
+    snprintf(want, sizeof want, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
+    struct if_nameindex *ifs = if_nameindex();
+    for (struct if_nameindex *i = ifs; i && i->if_index && !nd[0]; i++) {
+        snprintf(path, sizeof path, "/sys/class/net/%s/address", i->if_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        if (fgets(got, sizeof got, f) && strncmp(got, want, 17) == 0)
+            snprintf(nd, len, "%s", i->if_name);
+        fclose(f);
+    }
+    if_freenameindex(ifs);
+}
+
+/* The IPv4 address of the netdev a device sits on, for rdma_cm when the GID carries none
+ * (iWARP): the GID table's netdev, else the netdev owning the GID's MAC. */
+static void device_ipv4(struct vb *v, char *ip, size_t len)
+{
+    char nd[IF_NAMESIZE + 1] = "";
+    ip[0] = '\0';
+    port_netdev(v->ctx, v->port, nd, sizeof nd);
+    if (!nd[0])
+        netdev_by_gid_mac(&v->gid, nd, sizeof nd);
+    struct ifaddrs *ifa = NULL;
+    if (!nd[0] || getifaddrs(&ifa))
+        return;
+    for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && strcmp(i->ifa_name, nd) == 0) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)len);
+            snprintf(v->netdev, sizeof v->netdev, "%s", nd);
+            break;
+        }
+    freeifaddrs(ifa);
+}
+
 /* "rxe0 (port 1: ACTIVE, Ethernet, netdev eth0), mlx5_0 (...)" for error messages. */
 static void list_devices(char *buf, size_t len)
 {
@@ -580,6 +622,14 @@ static int select_gid(struct vb *v, struct fs_err *err)
             v->use_grh = 1;
             snprintf(v->gid_sel, sizeof v->gid_sel, "--gid-index");
         }
+    } else if (v->transport == IBV_TRANSPORT_IWARP) {
+        /* iWARP runs over TCP: rdma_cm connects by IP address and there is no GID routing, so
+         * the GID (siw derives it from the MAC) is recorded but never chosen between. */
+        for (ssize_t i = 0; i < n; i++)
+            if (e[i].gid_index == 0)
+                take_gid(v, &e[i]);
+        v->use_grh = 0;
+        snprintf(v->gid_sel, sizeof v->gid_sel, "iWARP: addressed by IP through rdma_cm, no GID");
     } else if (eth) {
         ssize_t hit = -1;
         int count = 0;
@@ -1056,7 +1106,10 @@ static int vb_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
         /* The data address belongs to the chosen device: --bind, else the IPv4 of its GID.
          * (Binding to the control address could land on loopback, which rdma_cm maps to an
          * arbitrary device.) */
-        const char *addr = ctx->spec->bind[0] ? ctx->spec->bind : v->gid_ip;
+        char dev_ip[INET_ADDRSTRLEN] = "";
+        if (!ctx->spec->bind[0] && !v->gid_ip[0])
+            device_ipv4(v, dev_ip, sizeof dev_ip);
+        const char *addr = ctx->spec->bind[0] ? ctx->spec->bind : v->gid_ip[0] ? v->gid_ip : dev_ip;
         if (!addr[0])
             return fs_fail(err, FS_EXIT_USAGE,
                            "--cm needs an IP address on %s port %d: its GID has none (%s); give "
