@@ -31,17 +31,26 @@ def _candidates(name: str) -> list[Path]:
     return found
 
 
+def locate(name: str) -> tuple[Path | None, list[Path]]:
+    """The first executable `name` among the candidates (None if none is), and where it looked."""
+    looked = _candidates(name)
+    for path in looked:
+        if path.is_file() and os.access(path, os.X_OK):
+            return path, looked
+    return None, looked
+
+
 def find_binary(name: str) -> Path:
     if name == ENGINE_NAME and os.environ.get("FABSCOPE_ENGINE"):
-        path = Path(os.environ["FABSCOPE_ENGINE"])
-        if not os.access(path, os.X_OK):
-            raise FabscopeError(f"FABSCOPE_ENGINE={path} is not an executable file", EXIT_MEASURE)
-        return path
-    for path in _candidates(name):
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
+        forced = Path(os.environ["FABSCOPE_ENGINE"])
+        if not os.access(forced, os.X_OK):
+            raise FabscopeError(f"FABSCOPE_ENGINE={forced} is not an executable file", EXIT_MEASURE)
+        return forced
+    found, looked = locate(name)
+    if found is not None:
+        return found
     raise FabscopeError(
-        f"cannot find {name}: looked in {', '.join(str(p.parent) for p in _candidates(name))}. "
+        f"cannot find {name}: looked in {', '.join(str(p.parent) for p in looked)}. "
         "Run `make setup` in the fabscope checkout (it builds and installs the engine), "
         "or point FABSCOPE_ENGINE at the binary",
         EXIT_MEASURE,

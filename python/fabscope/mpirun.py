@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
+
+from .engine import locate
 
 MPI_FLAVOURS = ("openmpi", "mpich")
 LAUNCHERS = ("mpirun", "srun")
@@ -34,18 +35,9 @@ def find_mpi_engine(mpi: str) -> Path:
     and which package builds it."""
     _check_flavour(mpi)
     name = _engine_name(mpi)
-    candidates: list[Path] = []
-    env_dir = os.environ.get("FABSCOPE_ENGINE_DIR")
-    if env_dir:
-        candidates.append(Path(env_dir) / name)
-    candidates.append(Path(sys.prefix) / "bin" / name)
-    which = shutil.which(name)
-    if which:
-        candidates.append(Path(which))
-    candidates.append(Path(__file__).resolve().parents[2] / "build" / "engine" / name)
-    for path in candidates:
-        if path.is_file() and os.access(path, os.X_OK):
-            return path
+    path, candidates = locate(name)
+    if path is not None:
+        return path
     package = "libopenmpi-dev" if mpi == "openmpi" else "libmpich-dev"
     raise FileNotFoundError(
         f"cannot find {name}: looked in {', '.join(str(p.parent) for p in candidates)}. It is built "
