@@ -71,6 +71,7 @@ from tcp_peers import (
     Measurement,
     SetupError,
     client_argv,
+    fabscope_values,
     fmt,
     free_port,
     hold_cpu_latency,
@@ -223,22 +224,9 @@ def run_fab(cfg: Config, rep: int, tool: str, pattern: str, size: int, args: Seq
                 if local.get(k) is not None
             },
         }
-        values: dict[str, float] = {}
-        if pattern == "lat":
-            lat = rec.get("latency_us") or {}
-            for k in ("p50", "mean", "min", "p99", "max"):
-                if isinstance(lat.get(k), int | float):
-                    values[f"lat_{k}_us"] = float(lat[k])
-            if "lat_p50_us" not in values:
-                raise BenchError("fabscope lat record without latency_us.p50")
-            values["samples"] = float(lat.get("samples") or rec.get("iterations") or 0)
-        else:
-            if not isinstance(rec.get("bandwidth_MBps"), int | float):
-                raise BenchError("fabscope bw record without bandwidth_MBps")
-            values["bw_MBps"] = float(rec["bandwidth_MBps"])
-            if isinstance(rec.get("sender_bandwidth_MBps"), int | float):
-                values["sender_bw_MBps"] = float(rec["sender_bandwidth_MBps"])
-            details["measured_at"] = rec.get("bandwidth_measured_at")
+        values, measured_at = fabscope_values(rec, pattern)
+        if pattern != "lat":
+            details["measured_at"] = measured_at
         return values, details, secs
 
     return measure(tool, rep, argv, go)

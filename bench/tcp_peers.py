@@ -250,6 +250,26 @@ def client_argv(argv: Sequence[str]) -> list[str]:
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+def fabscope_values(rec: dict[str, Any], pattern: str) -> tuple[dict[str, float], Any]:
+    """The figures the benches compare from one fabscope record, and where bandwidth was measured."""
+    values: dict[str, float] = {}
+    if pattern == "lat":
+        lat = rec.get("latency_us") or {}
+        for k in ("p50", "mean", "min", "p99", "max"):
+            if isinstance(lat.get(k), int | float):
+                values[f"lat_{k}_us"] = float(lat[k])
+        if "lat_p50_us" not in values:
+            raise BenchError("fabscope lat record without latency_us.p50")
+        values["samples"] = float(lat.get("samples") or rec.get("iterations") or 0)
+        return values, None
+    if not isinstance(rec.get("bandwidth_MBps"), int | float):
+        raise BenchError("fabscope bw record without bandwidth_MBps")
+    values["bw_MBps"] = float(rec["bandwidth_MBps"])
+    if isinstance(rec.get("sender_bandwidth_MBps"), int | float):
+        values["sender_bw_MBps"] = float(rec["sender_bandwidth_MBps"])
+    return values, rec.get("bandwidth_measured_at")
+
+
 def parse_fabscope(stdout: str, size: int) -> dict[str, Any]:
     for line in stdout.splitlines():
         line = line.strip()
@@ -401,22 +421,9 @@ def run_fabscope(cfg: Config, repeat: int, pattern: str, size: int, poll: str, t
             "cpuidle_governor": host.get("cpuidle_governor"),
             "warnings": rec.get("warnings"),
         }
-        values: dict[str, float] = {}
-        if pattern == "lat":
-            lat = rec.get("latency_us") or {}
-            for k in ("p50", "mean", "min", "p99", "max"):
-                if isinstance(lat.get(k), int | float):
-                    values[f"lat_{k}_us"] = float(lat[k])
-            if "lat_p50_us" not in values:
-                raise BenchError("fabscope lat record without latency_us.p50")
-            values["samples"] = float(lat.get("samples") or rec.get("iterations") or 0)
-        else:
-            if not isinstance(rec.get("bandwidth_MBps"), int | float):
-                raise BenchError("fabscope bw record without bandwidth_MBps")
-            values["bw_MBps"] = float(rec["bandwidth_MBps"])
-            if isinstance(rec.get("sender_bandwidth_MBps"), int | float):
-                values["sender_bw_MBps"] = float(rec["sender_bandwidth_MBps"])
-            details["measured_at"] = rec.get("bandwidth_measured_at")
+        values, measured_at = fabscope_values(rec, pattern)
+        if pattern != "lat":
+            details["measured_at"] = measured_at
         return values, details, secs
 
     return measure(tool, repeat, argv, go)
