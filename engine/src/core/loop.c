@@ -6,9 +6,14 @@
 
 #include "run.h"
 
-/* Housekeeping (control messages, deadline, heartbeat) runs every this many loop turns, so the
- * measured path pays one counter increment per turn. */
-#define FS_HOUSEKEEP_EVERY 256
+/* Housekeeping (control messages, the no-progress deadline, heartbeats) costs a system call: it
+ * runs at most every FS_HOUSEKEEP_NS while data flows, and the loops look at the clock only every
+ * FS_CLOCK_EVERY turns, so a busy-polling turn on the measured path pays one increment. At
+ * sub-microsecond round trips a control-socket recv() every few hundred turns was a visible part
+ * of the latency (measured on UCX over shared memory). */
+#define FS_CLOCK_EVERY 64
+#define FS_HOUSEKEEP_NS 1000000ull
+#define FS_QUIET_NS 50000ull
 #define FS_HEARTBEAT_NS 1000000000ull
 #define FS_BLOCK_SLICE_MS 50
 /* Lossy services: how long after the last arrival (with the sender's count known) the missing
@@ -29,6 +34,7 @@ static int housekeep(struct fs_run *r, uint64_t now, struct fs_err *err)
 {
     cJSON *m = NULL;
     int rc;
+    r->next_hk_ns = now + FS_HOUSEKEEP_NS;
     while ((rc = fs_ctl_poll(&r->ctl, &m, err)) == 1) {
         const char *t = fs_ctl_type(m);
         if (strcmp(t, "heartbeat") != 0 || r->idle_side)
@@ -72,18 +78,30 @@ static int housekeep(struct fs_run *r, uint64_t now, struct fs_err *err)
     return 0;
 }
 
-/* In block mode a progress call that completed nothing usually slept; but it may also have moved
- * part of a large message. Housekeeping then runs at most once a millisecond: a clock read is
- * cheap, a control-socket syscall per partial receive of a 1 MiB message is not. */
-static int idle_due(struct fs_run *r, const struct fs_events *ev)
+/* Whether this turn looks at the clock: every FS_CLOCK_EVERY turns, and after every turn that
+ * completed nothing in block mode (the progress call slept, or moved part of a large message:
+ * a clock read is cheap next to that, a control-socket syscall per partial receive is not). */
+static int tick_due(const struct fs_run *r, unsigned *turns, const struct fs_events *ev)
 {
-    if (!r->block || ev->tx_done || ev->rx_done)
+    return ++*turns % FS_CLOCK_EVERY == 0 || (r->block && !ev->tx_done && !ev->rx_done);
+}
+
+/* The periodic look at the clock, at `now`: `events` counts what completed so far in this phase,
+ * so a change since the last look is activity (no clock read per message). Housekeeping runs
+ * when it is due and not before `not_before`; a side that only lacks the peer's count
+ * (`want_count`) polls for it as soon as its data path has been quiet for FS_QUIET_NS. */
+static int tick(struct fs_run *r, uint64_t now, uint64_t events, uint64_t not_before,
+               int want_count, struct fs_err *err)
+{
+    if (events != r->events_seen) {
+        r->events_seen = events;
+        r->last_activity_ns = now;
+    }
+    int due = now >= r->next_hk_ns ||
+              (want_count && r->peer_sent < 0 && now - r->last_activity_ns > FS_QUIET_NS);
+    if (!due || now < not_before)
         return 0;
-    uint64_t now = fs_now_ns();
-    if (now - r->last_idle_hk_ns < 1000000ull)
-        return 0;
-    r->last_idle_hk_ns = now;
-    return 1;
+    return housekeep(r, now, err);
 }
 
 static int progress(struct fs_run *r, struct fs_events *ev, struct fs_err *err)
@@ -129,13 +147,16 @@ static int pingpong_initiator(struct fs_run *r, uint64_t size, uint64_t n_max, u
      * would be a visible part of every sample. */
     uint64_t t0 = start;
     while (!bounds_reached(i, n_max, now, t_end)) {
+        /* Inside a sample, housekeeping would be measured: it waits for the gap between two
+         * iterations unless this wait has itself lasted long enough to be a stall. */
+        const uint64_t stalled_at = t0 + FS_HOUSEKEEP_NS;
         uint64_t got = 0; /* the answer may land while a full queue makes us retry the post */
         int posted;
         while ((posted = r->bops->post(r->be, r->op, size, err)) == 0) {
             if (progress(r, &ev, err))
                 return -1;
             got += active ? ev.rx_done : ev.tx_done;
-            if (++turns % FS_HOUSEKEEP_EVERY == 0 && housekeep(r, fs_now_ns(), err))
+            if (tick_due(r, &turns, &ev) && tick(r, fs_now_ns(), i, stalled_at, 0, err))
                 return -1;
         }
         if (posted < 0)
@@ -146,7 +167,7 @@ static int pingpong_initiator(struct fs_run *r, uint64_t size, uint64_t n_max, u
             got += active ? ev.rx_done : ev.tx_done;
             if (got)
                 break;
-            if (++turns % FS_HOUSEKEEP_EVERY == 0 && housekeep(r, fs_now_ns(), err))
+            if (tick_due(r, &turns, &ev) && tick(r, fs_now_ns(), i, stalled_at, 0, err))
                 return -1;
         }
         now = fs_now_ns();
@@ -156,7 +177,7 @@ static int pingpong_initiator(struct fs_run *r, uint64_t size, uint64_t n_max, u
         i++;
         r->last_activity_ns = now;
         t0 = now;
-        if (++turns % FS_HOUSEKEEP_EVERY == 0) {
+        if (now >= r->next_hk_ns) {
             if (housekeep(r, now, err))
                 return -1;
             t0 = fs_now_ns(); /* housekeeping is not part of the next sample */
@@ -189,10 +210,7 @@ static int pingpong_responder(struct fs_run *r, uint64_t size, struct fs_side_vi
                 return err->code ? -1 : fs_fail(err, FS_EXIT_MEASURE, "post failed");
         }
         rx += ev.rx_done;
-        if (ev.rx_done)
-            r->last_activity_ns = fs_now_ns();
-        if ((++turns % FS_HOUSEKEEP_EVERY == 0 || idle_due(r, &ev)) &&
-            housekeep(r, fs_now_ns(), err))
+        if (tick_due(r, &turns, &ev) && tick(r, fs_now_ns(), rx, 0, 1, err))
             return -1;
     }
     v->rx_msgs = rx;
@@ -243,10 +261,8 @@ static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uin
         }
         if (progress(r, &ev, err))
             return -1;
-        if (ev.tx_done || ev.rx_done) {
+        if (ev.tx_done || ev.rx_done)
             now = fs_now_ns();
-            r->last_activity_ns = now;
-        }
         completed += ev.tx_done;
         outstanding -= ev.tx_done < outstanding ? ev.tx_done : outstanding;
         if (ev.rx_done || r->peer_sent < 0)
@@ -275,11 +291,9 @@ static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uin
         }
         if (send_done && phase_over(r, wait_peer, do_recv, rx))
             break;
-        /* Once our sends are done we only wait for the peer's count: look more often. */
-        if (++turns % FS_HOUSEKEEP_EVERY == 0 || idle_due(r, &ev) ||
-            (send_done && turns % 16 == 0)) {
+        if (tick_due(r, &turns, &ev)) {
             now = fs_now_ns();
-            if (housekeep(r, now, err))
+            if (tick(r, now, completed + rx, 0, send_done && wait_peer, err))
                 return -1;
             if (send_done && phase_over(r, wait_peer, do_recv, rx))
                 break;
@@ -289,7 +303,6 @@ static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uin
             }
         }
     }
-    (void)completed;
     if (do_recv && r->peer_sent >= 0 && rx > (uint64_t)r->peer_sent)
         return fs_fail(err, FS_EXIT_MEASURE,
                        "received %llu messages but the peer sent %lld: the backend miscounted",
@@ -306,6 +319,8 @@ int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs
     memset(v, 0, sizeof *v);
     r->peer_sent = -1;
     r->last_activity_ns = r->last_heartbeat_ns = fs_now_ns();
+    r->next_hk_ns = r->last_activity_ns + FS_HOUSEKEEP_NS;
+    r->events_seen = 0;
     uint64_t n_max, t_max;
     if (phase == FS_PHASE_WARMUP) {
         n_max = (uint64_t)r->spec.warmup;

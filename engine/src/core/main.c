@@ -191,9 +191,10 @@ int main(int argc, char **argv)
     }
     if (fs_run_select_backend(r, &err) || fs_run_validate(r, &err))
         return finish(r, NULL, &err, -1);
-    fs_clock_calibrate(&r->clock);
     fs_sysinfo_read(&r->si);
+    /* The clock's rate and cost are measured on the CPU the engine will run on. */
     if ((r->spec.cpu >= 0 && fs_pin_cpu(&r->si, r->spec.cpu, &err)) ||
+        fs_clock_setup(r->spec.clock, "", &r->clock, &err) ||
         (r->spec.hold_cpu_latency && fs_hold_cpu_latency(&r->si, &err)))
         return finish(r, NULL, &err, -1);
     struct fs_out out = {stdout, strcmp(r->spec.format, "text") == 0, 0};

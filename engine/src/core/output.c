@@ -190,7 +190,11 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
     cJSON *clk = cJSON_AddObjectToObject(rec, "clock");
     cJSON_AddStringToObject(clk, "source", r->clock.source);
     cJSON_AddNumberToObject(clk, "overhead_ns", r3(r->clock.overhead_ns));
-    cJSON_AddNumberToObject(clk, "resolution_ns", r->clock.resolution_ns);
+    cJSON_AddNumberToObject(clk, "resolution_ns", r3(r->clock.resolution_ns));
+    if (r->clock.tsc_ghz > 0)
+        cJSON_AddNumberToObject(clk, "tsc_ghz", round(r->clock.tsc_ghz * 1e6) / 1e6);
+    if (r->clock.why_not_tsc[0])
+        cJSON_AddStringToObject(clk, "why_not_tsc", r->clock.why_not_tsc);
 
     cJSON *host = cJSON_AddObjectToObject(rec, "host");
     fs_sysinfo_json(&r->si, host);

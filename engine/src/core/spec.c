@@ -6,6 +6,7 @@
 static const char *const pattern_values[] = {"lat", "bw", "bibw", NULL};
 static const char *const poll_values[] = {"auto", "busy", "block", NULL};
 static const char *const format_values[] = {"json", "text", NULL};
+static const char *const clock_values[] = {"auto", "tsc", "monotonic", NULL};
 
 #define O(f) offsetof(struct fs_spec, f)
 #define S(f) sizeof(((struct fs_spec *)0)->f)
@@ -53,6 +54,11 @@ const struct fs_option fs_core_options[] = {
      "output: one JSON object per size, or a perftest-style table", FS_OPTF_LOCAL},
     {"hold-cpu-latency", FS_OPT_BOOL, O(hold_cpu_latency), S(hold_cpu_latency), 0, 1, "false",
      NULL, "hold /dev/cpu_dma_latency at 0 during the run (avoids deep C-state wake-up cost)",
+     FS_OPTF_LOCAL},
+    {"clock", FS_OPT_ENUM, O(clock), S(clock), 0, 0, "auto", clock_values,
+     "timing clock: tsc = the CPU's invariant time stamp counter, rate measured against "
+     "CLOCK_MONOTONIC (~10 ns a read); monotonic = clock_gettime (~25 ns); auto = tsc where the "
+     "kernel itself keeps time with it, else monotonic (the result says which and why)",
      FS_OPTF_LOCAL},
     {"options-json", FS_OPT_BOOL, O(options_json), S(options_json), 0, 1, NULL, NULL,
      "print the option table as JSON and exit", FS_OPTF_LOCAL | FS_OPTF_NOECHO},

@@ -25,6 +25,7 @@ struct fs_spec {
     long cpu;
     char format[8];
     int hold_cpu_latency;
+    char clock[16];
     int options_json;
     int help;
     int list_backends;

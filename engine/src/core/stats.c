@@ -4,17 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-int fs_samples_push(struct fs_samples *s, double x)
+int fs_samples_grow(struct fs_samples *s)
 {
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 4096;
-        double *v = realloc(s->v, cap * sizeof *v);
-        if (!v)
-            return -1;
-        s->v = v;
-        s->cap = cap;
-    }
-    s->v[s->n++] = x;
+    size_t cap = s->cap ? s->cap * 2 : 4096;
+    double *v = realloc(s->v, cap * sizeof *v);
+    if (!v)
+        return -1;
+    s->v = v;
+    s->cap = cap;
     return 0;
 }
 

@@ -9,7 +9,15 @@ struct fs_samples {
     size_t n, cap;
 };
 
-int fs_samples_push(struct fs_samples *s, double x);
+int fs_samples_grow(struct fs_samples *s);
+/* Inline: it runs between two iterations of a latency loop, on the measured path. */
+static inline int fs_samples_push(struct fs_samples *s, double x)
+{
+    if (s->n == s->cap && fs_samples_grow(s))
+        return -1;
+    s->v[s->n++] = x;
+    return 0;
+}
 void fs_samples_clear(struct fs_samples *s);
 void fs_samples_free(struct fs_samples *s);
 
