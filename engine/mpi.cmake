@@ -82,7 +82,7 @@ foreach(flavour IN LISTS FS_MPI_FLAVOURS)
   set(t fabscope-engine-mpi-${flavour})
   add_executable(${t} ${FS_MPI_CORE_SOURCES} src/backends/mpi.c
                  src/mpi/engine_main.c src/mpi/main_mpi.c)
-  target_include_directories(${t} PRIVATE src/core)
+  target_include_directories(${t} PRIVATE src/core ${BACKEND_INCLUDES})
   # MPI's headers are not ours to keep -Wextra clean.
   target_include_directories(${t} SYSTEM PRIVATE ${FS_MPI_${flavour}_INCS})
   target_compile_definitions(${t} PRIVATE ${BACKEND_DEFS} FS_HAVE_MPI)

@@ -86,6 +86,20 @@ def test_ucx_ops_shared_memory(op: str) -> None:
     assert _local(res.records[0])["lanes"]
 
 
+@pytest.mark.parametrize("poll", ["busy", "block"])
+def test_ucx_am_bibw_large_messages_are_timed(poll: str) -> None:
+    """1 MiB active messages go rendezvous; each side must see them arrive one by one. In block
+    mode the backend once drained the worker until it was idle, so a whole phase was one receive
+    event and no bandwidth could be timed."""
+    res = run_pair(["--backend", "ucx", "--ucx-tls", "sm,self", "--op", "am", "--pattern", "bibw", "--poll", poll,
+                    "--sizes", "64K,1M", "--iters", "200", "--warmup", "20"])
+    assert res.rc == 0, res.stderr + res.server_stderr
+    for rec in res.records:
+        check_bandwidth(rec)
+        assert rec["warnings"] == [], rec["warnings"]
+        assert rec["transport"]["poll"] == poll
+
+
 def test_ucx_unknown_device_is_usage_error() -> None:
     res = run_client_alone(["--backend", "ucx", "--device", "eth9", "--sizes", "8", "--iters", "10"])
     assert res.rc == 2

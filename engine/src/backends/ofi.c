@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <rdma/fabric.h>
@@ -24,6 +25,63 @@
 
 #include "../core/backend.h"
 
+
+/* libfabric is opened when this backend is first used, not linked into the engine: Debian's
+ * libfabric links its PSM provider's libinfinipath, whose load-time constructor spends 0.1-0.2 s
+ * calibrating a clock in every process that loads it, TCP runs and --help included (measured
+ * here: `fi_info --version` 0.205 s, `ucx_info -v` 0.004 s). The backend calls seven libfabric
+ * functions; everything else in the API is an inline call through an object's operation table. */
+static struct {
+    void *handle;
+    __typeof__(fi_getinfo) *getinfo;
+    __typeof__(fi_freeinfo) *freeinfo;
+    __typeof__(fi_dupinfo) *dupinfo;
+    __typeof__(fi_fabric) *fabric;
+    __typeof__(fi_strerror) *strerror;
+    __typeof__(fi_tostr) *tostr;
+    __typeof__(fi_version) *version;
+} lf;
+#define fi_getinfo (*lf.getinfo)
+#define fi_freeinfo (*lf.freeinfo)
+#define fi_dupinfo (*lf.dupinfo)
+#define fi_fabric (*lf.fabric)
+#define fi_strerror (*lf.strerror)
+#define fi_tostr (*lf.tostr)
+#define fi_version (*lf.version)
+
+static int lf_open(struct fs_err *err)
+{
+    if (lf.handle)
+        return 0;
+    void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        return fs_fail(err, FS_EXIT_UNSUPPORTED,
+                       "ofi: libfabric cannot be loaded (%s): install libfabric1", dlerror());
+    /* Through a union: ISO C has no conversion from void * to a function pointer. */
+#define LF_SYM(field, name)                                                                    \
+    do {                                                                                       \
+        union {                                                                                \
+            void *p;                                                                           \
+            __typeof__(lf.field) f;                                                            \
+        } u = {dlsym(h, name)};                                                                \
+        if (!u.p) {                                                                            \
+            dlclose(h);                                                                        \
+            return fs_fail(err, FS_EXIT_UNSUPPORTED, "ofi: libfabric.so.1 lacks %s", name);    \
+        }                                                                                      \
+        lf.field = u.f;                                                                        \
+    } while (0)
+    LF_SYM(getinfo, "fi_getinfo");
+    LF_SYM(freeinfo, "fi_freeinfo");
+    LF_SYM(dupinfo, "fi_dupinfo");
+    LF_SYM(fabric, "fi_fabric");
+    LF_SYM(strerror, "fi_strerror");
+    LF_SYM(tostr, "fi_tostr");
+    LF_SYM(version, "fi_version");
+#undef LF_SYM
+    lf.handle = h;
+    return 0;
+}
+
 #define OFI_API FI_VERSION(1, 17)
 
 static const char *const ep_values[] = {"rdm", "msg", NULL};
@@ -32,6 +90,7 @@ struct ofi_opts {
     char provider[64];
     char domain[64];
     char ep[8];
+    long inject;
 };
 
 #define O(f) offsetof(struct ofi_opts, f)
@@ -47,6 +106,12 @@ static const struct fs_option ofi_options[] = {
      FS_OPTF_LOCAL},
     {"ofi-ep", FS_OPT_ENUM, O(ep), S(ep), 0, 0, "rdm", ep_values,
      "endpoint type: rdm (reliable datagram) or msg (connected)", 0},
+    {"ofi-inject", FS_OPT_INT, O(inject), S(inject), -1, 1 << 20, "-1", NULL,
+     "sends and writes of up to N bytes go out with fi_inject / fi_inject_write (the provider "
+     "copies them at once and reports no completion, as fi_pingpong does); -1 = auto: the "
+     "provider's inject_size for lat with send/write, 0 otherwise. More than the provider's "
+     "inject_size is an error",
+     0},
     {0},
 };
 #undef O
@@ -98,6 +163,11 @@ struct ofi {
     struct fi_context2 *txctx, *rxctx;
     uint64_t ntx, tx_seq_ctx, tx_outstanding, tx_completed, rx_completed;
     long nrx, rx_posted;
+    long *rx_free; /* receive slots waiting to be posted (again) */
+    long rx_nfree;
+    uint64_t inject_max;   /* sends/writes up to this size use fi_inject*; 0 = never */
+    uint64_t tx_immediate; /* injected operations since the last progress: complete at once */
+    int delivery_complete; /* writes complete only once the data is visible at the target */
     uint8_t tx_seq, rx_expect;
 };
 
@@ -218,6 +288,8 @@ static int check_names(const struct ofi_opts *o, const char *domain, struct fs_e
 
 static int ofi_check(const struct fs_spec *spec, const void *opts, struct fs_err *err)
 {
+    if (lf_open(err))
+        return -1;
     const struct ofi_opts *o = opts;
     const char *domain = domain_wanted(o, spec->device, err);
     return domain ? check_names(o, domain, err) : -1;
@@ -238,9 +310,17 @@ static uint64_t caps_for(enum fs_op op)
     }
 }
 
+/* A write's default completion may only mean "left this host" (transmit-complete); a bandwidth
+ * timed on completions must mean "visible at the target", as an RDMA RC ack does. Not in lat:
+ * there the target's answer ends each sample, and an extra ack per write would be measured. */
+static uint64_t tx_op_flags(const struct ofi *f)
+{
+    return f->op == FS_OP_WRITE && f->pat != FS_PAT_LAT ? FI_DELIVERY_COMPLETE : 0;
+}
+
 static struct fi_info *make_hints(const struct ofi *f, const char *domain)
 {
-    struct fi_info *h = fi_allocinfo();
+    struct fi_info *h = fi_dupinfo(NULL); /* fi_allocinfo, which is an inline call of it */
     if (!h)
         return NULL;
     h->ep_attr->type = f->ep_type;
@@ -250,6 +330,7 @@ static struct fi_info *make_hints(const struct ofi *f, const char *domain)
     h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
     h->domain_attr->threading = FI_THREAD_DOMAIN;
     h->addr_format = FI_FORMAT_UNSPEC;
+    h->tx_attr->op_flags = tx_op_flags(f);
     if (f->o.provider[0] && strchr(f->o.provider, ';'))
         h->fabric_attr->prov_name = strdup(f->o.provider);
     if (domain[0])
@@ -374,6 +455,8 @@ static int open_cq(struct ofi *f, struct fs_err *err)
 
 static int bind_enable(struct ofi *f, struct fs_err *err)
 {
+    const struct fi_info *epi = f->conn ? f->conn : f->info; /* what the endpoint was opened with */
+    f->delivery_complete = (epi->tx_attr->op_flags & FI_DELIVERY_COMPLETE) != 0;
     int rc = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV);
     if (!rc && f->av)
         rc = fi_ep_bind(f->ep, &f->av->fid, 0);
@@ -384,8 +467,43 @@ static int bind_enable(struct ofi *f, struct fs_err *err)
     return rc ? fi_failc(err, FS_EXIT_MEASURE, "binding/enabling the endpoint", rc) : 0;
 }
 
+/* Which sizes go out with fi_inject*: checked against what the provider allows, never cut down
+ * behind the user's back. */
+static int choose_inject(struct ofi *f, struct fs_err *err)
+{
+    const uint64_t prov_max = f->info->tx_attr->inject_size;
+    const char *prov = f->info->fabric_attr->prov_name;
+    const int injectable = f->op == FS_OP_SEND || f->op == FS_OP_WRITE;
+    if (f->o.inject < 0) {
+        f->inject_max = injectable && f->pat == FS_PAT_LAT ? prov_max : 0;
+        return 0;
+    }
+    f->inject_max = (uint64_t)f->o.inject;
+    if (!f->inject_max)
+        return 0;
+    if (!injectable)
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "--ofi-inject %ld: libfabric injects only sends and writes, not %s; use "
+                       "--ofi-inject 0 or -1",
+                       f->o.inject, fs_ops[f->op].name);
+    if (f->op == FS_OP_WRITE && f->pat != FS_PAT_LAT)
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "--ofi-inject %ld with write %s: an injected write reports no completion, "
+                       "so the initiator could not time its delivery; use --ofi-inject 0",
+                       f->o.inject, fs_pattern_names[f->pat]);
+    if (f->inject_max > prov_max)
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "--ofi-inject %ld: provider %s injects at most %llu bytes "
+                       "(tx_attr->inject_size); use --ofi-inject %llu or less, or -1 for that",
+                       f->o.inject, prov, (unsigned long long)prov_max,
+                       (unsigned long long)prov_max);
+    return 0;
+}
+
 static int ofi_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
 {
+    if (lf_open(err))
+        return -1;
     struct ofi *f = calloc(1, sizeof *f);
     if (!f)
         return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
@@ -434,6 +552,8 @@ static int ofi_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
                            f->op == FS_OP_FADD ? "fetch-add (FI_SUM)" : "compare-swap (FI_CSWAP)",
                            fi_strerror(-rc));
     }
+    if (choose_inject(f, err))
+        return -1;
     f->ntx = (uint64_t)f->tx_depth + 16;
     size_t tx_size = f->info->tx_attr->size ? f->info->tx_attr->size : 64;
     size_t rx_size = f->info->rx_attr->size ? f->info->rx_attr->size : 64;
@@ -444,13 +564,16 @@ static int ofi_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
         f->ntx = tx_size + 16;
     f->txctx = calloc(f->ntx, sizeof *f->txctx);
     f->rxctx = calloc((size_t)f->nrx, sizeof *f->rxctx);
+    f->rx_free = calloc((size_t)f->nrx, sizeof *f->rx_free);
+    for (long i = 0; f->rx_free && i < f->nrx; i++)
+        f->rx_free[f->rx_nfree++] = f->nrx - 1 - i;
     /* sbuf also holds the atomic operand, compare value and one result slot per context. */
     f->bufsize = ctx->max_size;
     if (f->bufsize < 64 + 8 * f->ntx)
         f->bufsize = 64 + 8 * f->ntx;
     if (f->bufsize < 4096)
         f->bufsize = 4096;
-    if (!f->txctx || !f->rxctx || posix_memalign((void **)&f->sbuf, 4096, f->bufsize) ||
+    if (!f->txctx || !f->rxctx || !f->rx_free || posix_memalign((void **)&f->sbuf, 4096, f->bufsize) ||
         posix_memalign((void **)&f->rbuf, 4096, f->bufsize))
         return fs_fail(err, FS_EXIT_MEASURE, "ofi: cannot allocate buffers");
     memset(f->sbuf, 0xa5, f->bufsize);
@@ -593,6 +716,7 @@ static int ofi_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
         if (wait_cm(f, FI_CONNREQ, &entry, deadline_ms, err))
             return -1;
         f->conn = entry.info;
+        f->conn->tx_attr->op_flags |= tx_op_flags(f); /* a connection request carries none */
         if ((rc = fi_endpoint(f->domain, f->conn, &f->ep, NULL)))
             return fi_failc(err, FS_EXIT_MEASURE, "fi_endpoint (accepting)", rc);
         if (bind_enable(f, err))
@@ -645,15 +769,21 @@ static int ofi_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
 
 /* ---- data path ---------------------------------------------------------------------------- */
 
-static int post_recv(struct ofi *f, long slot, struct fs_err *err)
+/* Posts every free receive slot the provider takes now (EAGAIN: the rest wait for the next
+ * call). Every receive takes the whole buffer, so receives stay valid from size to size. */
+static int post_receives(struct ofi *f, struct fs_err *err)
 {
-    ssize_t rc = fi_recv(f->ep, f->rbuf, f->bufsize, fi_mr_desc(f->rmr),
-                         f->ep_type == FI_EP_RDM ? f->peer : FI_ADDR_UNSPEC, &f->rxctx[slot]);
-    if (rc == -FI_EAGAIN)
-        return 1;
-    if (rc)
-        return fi_failc(err, FS_EXIT_MEASURE, "fi_recv", rc);
-    f->rx_posted++;
+    while (f->rx_nfree) {
+        long slot = f->rx_free[f->rx_nfree - 1];
+        ssize_t rc = fi_recv(f->ep, f->rbuf, f->bufsize, fi_mr_desc(f->rmr),
+                             f->ep_type == FI_EP_RDM ? f->peer : FI_ADDR_UNSPEC, &f->rxctx[slot]);
+        if (rc == -FI_EAGAIN)
+            return 0;
+        if (rc)
+            return fi_failc(err, FS_EXIT_MEASURE, "fi_recv", rc);
+        f->rx_nfree--;
+        f->rx_posted++;
+    }
     return 0;
 }
 
@@ -671,17 +801,7 @@ static int ofi_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *er
         f->tx_seq = 0;
         f->rx_expect = 1;
     }
-    if (op == FS_OP_SEND && f->rx_posted == 0) {
-        /* Every receive takes the whole buffer, so they stay valid from size to size. */
-        for (long i = 0; i < f->nrx; i++) {
-            int rc = post_recv(f, i, err);
-            if (rc < 0)
-                return -1;
-            if (rc > 0)
-                break;
-        }
-    }
-    return 0;
+    return op == FS_OP_SEND ? post_receives(f, err) : 0;
 }
 
 static uint8_t next_seq(uint8_t s) { return (uint8_t)(s % 255 + 1); }
@@ -696,10 +816,12 @@ static int ofi_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
     void *sdesc = fi_mr_desc(f->smr);
     ssize_t rc;
     const char *what;
+    const int inject = size <= f->inject_max;
     switch (op) {
     case FS_OP_SEND:
-        what = "fi_send";
-        rc = fi_send(f->ep, f->sbuf, size, sdesc, dest, ctx);
+        what = inject ? "fi_inject" : "fi_send";
+        rc = inject ? fi_inject(f->ep, f->sbuf, size, dest)
+                    : fi_send(f->ep, f->sbuf, size, sdesc, dest, ctx);
         break;
     case FS_OP_WRITE:
         what = "fi_write";
@@ -707,7 +829,10 @@ static int ofi_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
          * the same value, or the target waits for a number that never comes. */
         if (f->mem_polling)
             f->sbuf[size - 1] = next_seq(f->tx_seq);
-        rc = fi_write(f->ep, f->sbuf, size, sdesc, dest, f->peer_raddr, f->peer_key, ctx);
+        rc = inject ? fi_inject_write(f->ep, f->sbuf, size, dest, f->peer_raddr, f->peer_key)
+                    : fi_write(f->ep, f->sbuf, size, sdesc, dest, f->peer_raddr, f->peer_key, ctx);
+        if (inject)
+            what = "fi_inject_write";
         break;
     case FS_OP_READ:
         what = "fi_read";
@@ -739,9 +864,15 @@ static int ofi_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
         return fi_failc(err, FS_EXIT_MEASURE, what, rc);
     if (f->mem_polling && op == FS_OP_WRITE)
         f->tx_seq = next_seq(f->tx_seq);
-    f->tx_seq_ctx++;
-    f->tx_outstanding++;
-    return 1;
+    if (inject) {
+        f->tx_immediate++;
+    } else {
+        f->tx_seq_ctx++;
+        f->tx_outstanding++;
+    }
+    /* The message is on its way: now is the time to post receives again (as a ping-pong posts
+     * its receive after its send), not between an arrival and the answer to it. */
+    return f->rx_nfree && post_receives(f, err) ? -1 : 1;
 }
 
 static int cq_error(struct ofi *f, struct fs_err *err)
@@ -773,8 +904,7 @@ static int reap(struct ofi *f, int wait_ms, struct fs_err *err)
             struct fi_context2 *c = ent[i].op_context;
             f->rx_posted--;
             f->rx_completed++;
-            if (post_recv(f, (long)(c - f->rxctx), err) < 0)
-                return -1;
+            f->rx_free[f->rx_nfree++] = (long)(c - f->rxctx);
         } else {
             f->tx_completed++;
         }
@@ -794,13 +924,17 @@ static int ofi_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_e
             f->rx_expect = next_seq(f->rx_expect);
         }
     }
-    if (!f->tx_completed && !f->rx_completed && wait_ms > 0 && f->cq_waitable &&
+    /* After an arrival the core is about to time it or answer it: receives are posted again
+     * on a turn that completed nothing, or when half of them are used. */
+    if (f->rx_nfree && (!f->rx_completed || f->rx_posted < f->nrx / 2) && post_receives(f, err))
+        return -1;
+    if (!f->tx_completed && !f->rx_completed && !f->tx_immediate && wait_ms > 0 && f->cq_waitable &&
         reap(f, wait_ms, err))
         return -1;
-    ev->tx_done += f->tx_completed;
+    ev->tx_done += f->tx_completed + f->tx_immediate;
     ev->rx_done += f->rx_completed;
     f->tx_outstanding -= f->tx_completed < f->tx_outstanding ? f->tx_completed : f->tx_outstanding;
-    f->tx_completed = f->rx_completed = 0;
+    f->tx_completed = f->rx_completed = f->tx_immediate = 0;
     return 0;
 }
 
@@ -857,6 +991,14 @@ static void ofi_describe(void *be, cJSON *o)
                             : f->mem_polling  ? "busy (write latency polls memory)"
                             : f->block        ? "busy: the provider's CQ has no wait object"
                                               : "busy (fi_cq_read)");
+    cJSON_AddNumberToObject(o, "inject_bytes", (double)f->inject_max);
+    cJSON_AddNumberToObject(o, "provider_inject_size", (double)i->tx_attr->inject_size);
+    if (f->op == FS_OP_WRITE)
+        cJSON_AddStringToObject(o, "write_completion",
+                                f->delivery_complete
+                                    ? "delivery-complete (the data is visible at the target)"
+                                    : "the provider's default (ping-pong: the target's answer "
+                                      "ends each sample)");
     char *s = fi_tostr(&i->addr_format, FI_TYPE_ADDR_FORMAT);
     cJSON_AddStringToObject(o, "addr_format", s ? s : "");
     uint8_t name[512];
@@ -912,6 +1054,7 @@ static void ofi_teardown(void *be)
     free(f->rbuf);
     free(f->txctx);
     free(f->rxctx);
+    free(f->rx_free);
     free(f);
 }
 

@@ -74,6 +74,7 @@ struct ucx {
     ucp_context_h context;
     ucp_worker_h worker;
     ucp_ep_h ep;
+    ucp_request_param_t send_param; /* for every post of the current op */
     int efd;
     uint8_t *sbuf, *rbuf;
     ucp_mem_h smemh, rmemh;
@@ -655,11 +656,16 @@ static int ucx_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
 
 /* ---- data path ---------------------------------------------------------------------------- */
 
-static int post_receives(struct ucx *u, struct fs_err *err)
+/* Tagged receives kept posted: one per message in flight, at least 2. */
+static long rx_want(const struct ucx *u)
 {
     long want = u->tx_depth < UCX_MAX_RX_POSTED ? u->tx_depth : UCX_MAX_RX_POSTED;
-    if (want < 2)
-        want = 2;
+    return want < 2 ? 2 : want;
+}
+
+static int post_receives(struct ucx *u, struct fs_err *err)
+{
+    const long want = rx_want(u);
     while (u->rx_posted < want) {
         ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                                                  UCP_OP_ATTR_FIELD_USER_DATA,
@@ -688,6 +694,18 @@ static int ucx_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *er
     struct ucx *u = be;
     u->op = op;
     u->size = size;
+    /* Built once, not on every post. */
+    u->send_param = (ucp_request_param_t){.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                                                          UCP_OP_ATTR_FIELD_USER_DATA,
+                                          .cb.send = send_done,
+                                          .user_data = u};
+    if (needs_rkey(op) && op != FS_OP_FADD && op != FS_OP_CSWAP) {
+        u->send_param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+        u->send_param.memh = u->smemh;
+    } else if (needs_rkey(op)) {
+        u->send_param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+        u->send_param.datatype = ucp_dt_make_contig(8);
+    }
     if (size > u->bufsize)
         return fs_fail(err, FS_EXIT_MEASURE, "ucx: size %llu beyond the allocated buffer",
                        (unsigned long long)size);
@@ -709,34 +727,27 @@ static int ucx_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
     struct ucx *u = be;
     if (u->tx_outstanding >= 65536)
         return 0;
-    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                                             UCP_OP_ATTR_FIELD_USER_DATA,
-                             .cb.send = send_done,
-                             .user_data = u};
+    ucp_request_param_t *p = &u->send_param;
     ucs_status_ptr_t sp;
     const char *what;
     switch (op) {
     case FS_OP_TAG:
         what = "ucp_tag_send_nbx";
-        sp = ucp_tag_send_nbx(u->ep, u->sbuf, size, UCX_TAG, &p);
+        sp = ucp_tag_send_nbx(u->ep, u->sbuf, size, UCX_TAG, p);
         break;
     case FS_OP_AM:
         what = "ucp_am_send_nbx";
-        sp = ucp_am_send_nbx(u->ep, UCX_AM_ID, NULL, 0, u->sbuf, size, &p);
+        sp = ucp_am_send_nbx(u->ep, UCX_AM_ID, NULL, 0, u->sbuf, size, p);
         break;
     case FS_OP_WRITE:
         what = "ucp_put_nbx";
         if (u->mem_polling)
             u->sbuf[size - 1] = u->tx_seq = next_seq(u->tx_seq);
-        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        p.memh = u->smemh;
-        sp = ucp_put_nbx(u->ep, u->sbuf, size, u->peer_addr, u->peer_rkey, &p);
+        sp = ucp_put_nbx(u->ep, u->sbuf, size, u->peer_addr, u->peer_rkey, p);
         break;
     case FS_OP_READ:
         what = "ucp_get_nbx";
-        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        p.memh = u->smemh;
-        sp = ucp_get_nbx(u->ep, u->sbuf, size, u->peer_addr, u->peer_rkey, &p);
+        sp = ucp_get_nbx(u->ep, u->sbuf, size, u->peer_addr, u->peer_rkey, p);
         break;
     case FS_OP_FADD:
     case FS_OP_CSWAP: {
@@ -746,11 +757,9 @@ static int ucx_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
         /* cswap: compare with the value in the reply slot (0 here, so the first swap succeeds
          * and later ones fail: both cost the same round trip). */
         *reply = 0;
-        p.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
-        p.datatype = ucp_dt_make_contig(8);
-        p.reply_buffer = reply;
+        p->reply_buffer = reply;
         sp = ucp_atomic_op_nbx(u->ep, op == FS_OP_FADD ? UCP_ATOMIC_OP_ADD : UCP_ATOMIC_OP_CSWAP,
-                               &one, 1, u->peer_addr, u->peer_rkey, &p);
+                               &one, 1, u->peer_addr, u->peer_rkey, p);
         break;
     }
     default:
@@ -763,13 +772,14 @@ static int ucx_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
         u->tx_completed++;
     else
         u->tx_outstanding++;
+    /* The message is on its way: now is the time to post receives again. */
+    if (op == FS_OP_TAG && u->rx_posted < rx_want(u) && post_receives(u, err))
+        return -1;
     return 1;
 }
 
-static int check_failure(struct ucx *u, struct fs_err *err)
+static int report_failure(struct ucx *u, struct fs_err *err)
 {
-    if (u->failure == UCS_OK)
-        return 0;
     int code = u->failure == UCS_ERR_CONNECTION_RESET || u->failure == UCS_ERR_ENDPOINT_TIMEOUT ||
                        u->failure == UCS_ERR_UNREACHABLE
                    ? FS_EXIT_PEER
@@ -778,33 +788,39 @@ static int check_failure(struct ucx *u, struct fs_err *err)
                    ucs_status_string(u->failure));
 }
 
-/* One pass: progress the worker, see memory arrivals, re-post receives. */
+/* Inline test, out-of-line report: this runs on every polling turn. */
+static inline int check_failure(struct ucx *u, struct fs_err *err)
+{
+    return u->failure == UCS_OK ? 0 : report_failure(u, err);
+}
+
+/* One pass: progress the worker and see memory arrivals. Returns what ucp_worker_progress did
+ * (0 = nothing: the worker may be armed), or -1. */
 static int progress_once(struct ucx *u, struct fs_err *err)
 {
-    ucp_worker_progress(u->worker);
+    unsigned did = ucp_worker_progress(u->worker);
     if (u->mem_polling && u->size) {
         volatile uint8_t *last = &u->rbuf[u->size - 1];
         if (*last == u->rx_expect) {
             u->rx_completed++;
             u->rx_expect = next_seq(u->rx_expect);
+            did++;
         }
     }
-    if (check_failure(u, err))
-        return -1;
-    if (u->op == FS_OP_TAG && u->rx_posted < 2 && !u->flushing)
-        return post_receives(u, err);
-    return 0;
+    return check_failure(u, err) ? -1 : (int)did;
 }
 
 static int ucx_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_err *err)
 {
     struct ucx *u = be;
-    if (progress_once(u, err))
+    int did = progress_once(u, err);
+    if (did < 0)
         return -1;
-    if (!u->tx_completed && !u->rx_completed && wait_ms > 0 && u->block) {
-        /* ucp_worker_arm needs a drained worker; BUSY means events raced in: go round. */
-        while (ucp_worker_progress(u->worker))
-            ;
+    /* Block mode: UCX's rule is to arm the worker only after a progress pass that found
+     * nothing. A pass that did something goes back to the core first, to be counted: draining
+     * the worker here made a whole bibw phase one receive event (no bandwidth could be
+     * timed). BUSY from the arm means events raced in: go round. */
+    if (!did && !u->tx_completed && !u->rx_completed && wait_ms > 0 && u->block) {
         ucs_status_t st = ucp_worker_arm(u->worker);
         if (st == UCS_OK) {
             struct pollfd pfd = {.fd = u->efd, .events = POLLIN};
@@ -812,11 +828,14 @@ static int ucx_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_e
         } else if (st != UCS_ERR_BUSY) {
             return ucs_fail(err, FS_EXIT_MEASURE, "ucp_worker_arm", st);
         }
-        if (progress_once(u, err))
+        if (progress_once(u, err) < 0)
             return -1;
     }
-    if (u->op == FS_OP_TAG && u->rx_posted < u->tx_depth && u->rx_posted < UCX_MAX_RX_POSTED &&
-        post_receives(u, err))
+    /* Receives are topped up on turns that completed nothing, or when half are used: after a
+     * completion the core is about to time it or answer it, and a ucp_tag_recv_nbx there would
+     * sit inside every round trip (ucx_perftest too posts its receive after the send). */
+    if (u->op == FS_OP_TAG && (!u->rx_completed || u->rx_posted < rx_want(u) / 2) &&
+        u->rx_posted < rx_want(u) && post_receives(u, err))
         return -1;
     ev->tx_done += u->tx_completed;
     ev->rx_done += u->rx_completed;
