@@ -107,7 +107,6 @@ def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
 def _run_mpi(ns: argparse.Namespace, args: list[str], timeout: float, on_record: Any) -> Any:
     """Both ranks under the MPI launcher; rank 0 prints records like a client engine."""
     from . import runner
-    from .mpirun import build_mpi_command
 
     if ns.peer:
         raise FabscopeError(
@@ -116,11 +115,10 @@ def _run_mpi(ns: argparse.Namespace, args: list[str], timeout: float, on_record:
             EXIT_USAGE,
         )
     try:
-        cmd, env = build_mpi_command(args, mpi=ns.mpi, launcher=ns.launcher,
-                                     mca=_pairs(ns.mca, "--mca"), env=_pairs(ns.env, "--env"))
+        return runner.run_mpi(args, timeout, on_record, mpi=ns.mpi, launcher=ns.launcher,
+                              mca=_pairs(ns.mca, "--mca"), env=_pairs(ns.env, "--env"))
     except (ValueError, FileNotFoundError) as exc:
         raise FabscopeError(str(exc), EXIT_USAGE) from exc
-    return runner.stream_client(cmd, timeout, on_record, env=env)
 
 
 def _progress(ns: argparse.Namespace) -> Any:
@@ -216,7 +214,8 @@ def build_parser(with_engine: bool = True) -> Parser:
 
     for name, helptext in (("devices", "RDMA devices, ports, GIDs and netdevs as sysfs shows them"),
                            ("doctor", "check the configuration for known pitfalls, each with its fix"),
-                           ("testbed", "build test networks on one machine: netns (two hosts) or softroce (a verbs device)")):
+                           ("testbed", "test setups on one machine: netns (two hosts), softroce (a verbs device), "
+                                       "slurm (a one-node cluster for --launcher srun)")):
         sp = sub.add_parser(name, help=helptext, add_help=False)
         sp.add_argument("rest", nargs=argparse.REMAINDER)
         sp.set_defaults(func=None)
@@ -232,12 +231,17 @@ def _delegate(command: str, rest: list[str]) -> int:
         from .doctor.cli_entry import main_doctor
 
         return main_doctor(rest)
-    if not rest or rest[0] not in ("netns", "softroce"):
-        raise FabscopeError("usage: fabscope testbed netns|softroce ... (see `fabscope testbed netns --help`)", EXIT_USAGE)
+    if not rest or rest[0] not in ("netns", "softroce", "slurm"):
+        raise FabscopeError("usage: fabscope testbed netns|softroce|slurm ... (see `fabscope testbed netns --help`)",
+                            EXIT_USAGE)
     if rest[0] == "netns":
         from .testbed import netns
 
         return netns.main(rest[1:])
+    if rest[0] == "slurm":
+        from .testbed import slurm
+
+        return slurm.main(rest[1:])
     from .testbed import softroce
 
     return softroce.main(rest[1:])

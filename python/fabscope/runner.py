@@ -16,6 +16,7 @@ from typing import IO, Any
 
 from .engine import engine_path
 from .errors import EXIT_MEASURE, EXIT_PEER, FabscopeError
+from .mpirun import build_mpi_command, describe_launch, explain_launch_failure, strip_launcher_boxes
 
 Record = dict[str, Any]
 
@@ -165,4 +166,34 @@ def run_peer(
     if outcome.exit_code == 0 and not outcome.records:
         outcome.exit_code = EXIT_PEER
         outcome.error = outcome.error or f"no results came back from {peer}"
+    return outcome
+
+
+def run_mpi(
+    engine_args: list[str],
+    timeout_s: float = 10.0,
+    on_record: Callable[[Record], None] | None = None,
+    mpi: str = "openmpi",
+    launcher: str = "mpirun",
+    mca: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+) -> RunOutcome:
+    """Both ranks of the MPI engine under `launcher`; rank 0 prints records like a client engine.
+    Each record gets transport.launcher (only the front end knows who started the ranks), and a
+    launcher-level failure is said plainly. ValueError / FileNotFoundError: nothing launched."""
+    cmd, full_env = build_mpi_command(engine_args, mpi=mpi, launcher=launcher, mca=mca, env=env)
+    launch = describe_launch(cmd, full_env)
+
+    def with_launcher(rec: Record) -> None:
+        rec.setdefault("transport", {})["launcher"] = launch
+        if on_record:
+            on_record(rec)
+
+    outcome = stream_client(cmd, timeout_s, with_launcher, env=full_env)
+    if outcome.error and outcome.exit_code:
+        explained = explain_launch_failure(launch, outcome.exit_code, outcome.error)
+        if explained:
+            outcome.error, outcome.exit_code = explained
+        else:
+            outcome.error = strip_launcher_boxes(outcome.error)
     return outcome

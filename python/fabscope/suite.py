@@ -14,7 +14,7 @@ from . import path as pathmod
 from . import runner
 from .engine import backends
 from .errors import EXIT_MEASURE, EXIT_OK, EXIT_UNSUPPORTED
-from .mpirun import MPI_FLAVOURS, build_mpi_command, find_mpi_engine
+from .mpirun import MPI_FLAVOURS, find_mpi_engine
 from .report.render import render_csv, render_md
 from .report.table import carried_by
 
@@ -90,8 +90,7 @@ def run_suite(out_dir: str, quick: bool = False) -> int:
 
         if case.backend == "mpi":
             mpi = case.extra[0].split("=", 1)[1]
-            cmd, env = build_mpi_command(_args(case, quick)[:-1], mpi=mpi)
-            outcome = runner.stream_client(cmd, 10.0, keep, env=env)
+            outcome = runner.run_mpi(_args(case, quick)[:-1], 10.0, keep, mpi=mpi)
         else:
             outcome = runner.run_loopback(_args(case, quick), 10.0, keep)
         records += got

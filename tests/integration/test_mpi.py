@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from engine_pair import check_bandwidth, check_latency, parse_lines, run_client_alone
+
+from conftest import fabscope
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 from fabscope.mpirun import build_mpi_command, find_mpi_engine
@@ -93,6 +96,32 @@ def test_mpich() -> None:
     sel = _local(recs[0])["selected"]
     assert sel["device"].startswith("ch4:") or sel["device"].startswith("ch3:"), sel
     assert "MPICH" in _local(recs[0])["library"]
+
+
+@pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
+def test_bad_option_under_mpirun_ends_at_once(mpi: str) -> None:
+    """Rank 0 refuses the option before it connects; rank 1, waiting for that connection, must
+    end too (it used to wait its whole --timeout), and the message is the engine's own, without
+    the launcher's boxes about a rank that exited non-zero."""
+    if not _have(mpi):
+        pytest.skip(f"fabscope-engine-mpi-{mpi} not built")
+    t0 = time.monotonic()
+    out = fabscope("run", "--loopback", "--backend", "mpi", "--mpi", mpi, "--pattern", "nope", "--timeout", "20",
+                   timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "--pattern" in out.stderr and "lat, bw, bibw" in out.stderr
+    assert "-----" not in out.stderr and "=====" not in out.stderr, out.stderr
+    assert time.monotonic() - t0 < 10
+
+
+@needs_openmpi
+def test_ranks_report_the_cpu_the_launcher_bound_them_to() -> None:
+    """mpirun binds each rank to a core: the record says which CPU each engine ran on."""
+    rc, recs, log = _run(ARGS)
+    assert rc == 0, log
+    cpus = {recs[0]["host"]["cpu"], recs[0]["peer_host"]["cpu"]}
+    assert None not in cpus and len(cpus) == 2, (recs[0]["host"], recs[0]["peer_host"])
+    assert recs[0]["host"]["cpus_allowed"] == str(recs[0]["host"]["cpu"])
 
 
 @needs_openmpi

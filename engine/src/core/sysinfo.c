@@ -21,6 +21,33 @@ static void read_line(const char *path, char *out, size_t len)
     fclose(f);
 }
 
+/* This process's CPU affinity as a list ("0,1"); returns how many CPUs it holds and the lowest. */
+static int affinity(char *list, size_t len, long *first)
+{
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    list[0] = '\0';
+    *first = -1;
+    if (sched_getaffinity(0, sizeof allowed, &allowed))
+        return 0;
+    size_t used = 0;
+    for (int i = 0; i < CPU_SETSIZE && used < len - 8; i++)
+        if (CPU_ISSET(i, &allowed)) {
+            used += (size_t)snprintf(list + used, len - used, "%s%d", used ? "," : "", i);
+            if (*first < 0)
+                *first = i;
+        }
+    return CPU_COUNT(&allowed);
+}
+
+/* A launcher (mpirun --bind-to, srun --cpu-bind) may have bound us to one CPU already. */
+static void note_affinity(struct fs_sysinfo *si)
+{
+    long first;
+    if (affinity(si->cpus_allowed, sizeof si->cpus_allowed, &first) == 1)
+        si->cpu = first;
+}
+
 void fs_sysinfo_read(struct fs_sysinfo *si)
 {
     memset(si, 0, sizeof *si);
@@ -34,6 +61,7 @@ void fs_sysinfo_read(struct fs_sysinfo *si)
     if (!si->cpuidle_governor[0])
         read_line("/sys/devices/system/cpu/cpuidle/current_governor", si->cpuidle_governor,
                   sizeof si->cpuidle_governor);
+    note_affinity(si);
 }
 
 int fs_hold_cpu_latency(struct fs_sysinfo *si, struct fs_err *err)
@@ -59,21 +87,15 @@ int fs_pin_cpu(struct fs_sysinfo *si, long cpu, struct fs_err *err)
     cpu_set_t allowed;
     CPU_ZERO(&allowed);
     sched_getaffinity(0, sizeof allowed, &allowed);
-    if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET((int)cpu, &allowed)) {
-        char list[512] = "";
-        size_t used = 0;
-        for (int i = 0; i < CPU_SETSIZE && used < sizeof list - 8; i++)
-            if (CPU_ISSET(i, &allowed))
-                used += (size_t)snprintf(list + used, sizeof list - used, "%s%d", used ? "," : "", i);
+    if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET((int)cpu, &allowed))
         return fs_fail(err, FS_EXIT_USAGE, "--cpu %ld: this process may run only on CPUs %s", cpu,
-                       list);
-    }
+                       si->cpus_allowed);
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET((int)cpu, &one);
     if (sched_setaffinity(0, sizeof one, &one))
         return fs_fail(err, FS_EXIT_USAGE, "--cpu %ld: sched_setaffinity: %s", cpu, strerror(errno));
-    si->cpu = cpu;
+    note_affinity(si);
     return 0;
 }
 
@@ -87,4 +109,5 @@ void fs_sysinfo_json(const struct fs_sysinfo *si, cJSON *obj)
         cJSON_AddNumberToObject(obj, "cpu", (double)si->cpu);
     else
         cJSON_AddNullToObject(obj, "cpu");
+    cJSON_AddStringToObject(obj, "cpus_allowed", si->cpus_allowed);
 }

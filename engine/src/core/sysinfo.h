@@ -11,7 +11,9 @@ struct fs_sysinfo {
     char cpuidle_driver[64];
     char cpuidle_governor[64];
     int cpu_dma_latency_fd; /* held open at 0 us while >= 0 */
-    long cpu;               /* pinned CPU or -1 */
+    long cpu;               /* the one CPU this engine may run on (pinned by --cpu or by its
+                             * launcher: mpirun/srun binding), or -1 */
+    char cpus_allowed[256]; /* its affinity list, e.g. "1" or "0,1" */
 };
 
 void fs_sysinfo_read(struct fs_sysinfo *si);

@@ -22,6 +22,12 @@ struct rendezvous {
     char host[MPI_MAX_PROCESSOR_NAME];
 };
 
+#define TAG_RENDEZVOUS 1
+/* Rank 0's exit code once its engine is done: lets rank 1 stop waiting for a connection that
+ * will never come (rank 0 refused its options before connecting). */
+#define TAG_CLIENT_DONE 2
+#define WAIT_SLICE_MS 50
+
 /* Timeout from the user's --timeout (seconds), for the accept below; the engine enforces its
  * own deadlines after that. */
 static int timeout_ms(int argc, char **argv)
@@ -58,17 +64,30 @@ static int run_server(int argc, char **argv, int same_node)
         rv.port = ntohs(sa.sin_port);
     int hl = 0;
     MPI_Get_processor_name(rv.host, &hl);
-    MPI_Send(&rv, (int)sizeof rv, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
+    MPI_Send(&rv, (int)sizeof rv, MPI_BYTE, 0, TAG_RENDEZVOUS, MPI_COMM_WORLD);
     if (!rv.port) {
         perror("fabscope-engine-mpi rank 1: cannot listen for the control connection");
         return FS_EXIT_MEASURE;
     }
+    /* Wait for rank 0's connection, or for rank 0 to finish without one (its engine refused
+     * the options: that error is rank 0's to report, and rank 1 ends at once, not at the
+     * timeout). */
     struct pollfd p = {.fd = lfd, .events = POLLIN};
-    if (poll(&p, 1, timeout_ms(argc, argv)) <= 0) {
-        fprintf(stderr, "fabscope-engine-mpi rank 1: rank 0 did not connect within %d ms\n",
-                timeout_ms(argc, argv));
-        close(lfd);
-        return FS_EXIT_PEER;
+    for (int waited = 0;; waited += WAIT_SLICE_MS) {
+        if (poll(&p, 1, WAIT_SLICE_MS) > 0)
+            break;
+        int done = 0;
+        MPI_Iprobe(0, TAG_CLIENT_DONE, MPI_COMM_WORLD, &done, MPI_STATUS_IGNORE);
+        if (done) {
+            close(lfd);
+            return FS_EXIT_OK;
+        }
+        if (waited >= timeout_ms(argc, argv)) {
+            fprintf(stderr, "fabscope-engine-mpi rank 1: rank 0 did not connect within %d ms\n",
+                    timeout_ms(argc, argv));
+            close(lfd);
+            return FS_EXIT_PEER;
+        }
     }
     int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     close(lfd);
@@ -87,7 +106,7 @@ static int run_server(int argc, char **argv, int same_node)
 static int run_client(int argc, char **argv, int same_node)
 {
     struct rendezvous rv;
-    MPI_Recv(&rv, (int)sizeof rv, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    MPI_Recv(&rv, (int)sizeof rv, MPI_BYTE, 1, TAG_RENDEZVOUS, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     if (!rv.port)
         return FS_EXIT_MEASURE;
     char peer[MPI_MAX_PROCESSOR_NAME + 16];
@@ -145,10 +164,16 @@ int main(int argc, char **argv)
     int same_node = strcmp(me, other) == 0;
     int rc = rank == 1 ? run_server(argc, argv, same_node) : run_client(argc, argv, same_node);
     /* Both engines end within their deadlines (the control channel tells each side when the
-     * other failed); meet before MPI_Finalize. Rank 0's exit code is the job's: mpirun reports
-     * the first non-zero status, and rank 1 returns 0 so that it is rank 0's. */
-    int worst = rc;
-    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+     * other failed). Rank 0 then says it is done (rank 1 may still be waiting for its
+     * connection), and both meet before MPI_Finalize. Rank 0's exit code is the job's: mpirun
+     * reports the first non-zero status, and rank 1 returns 0 so that it is rank 0's. */
+    if (rank == 0) {
+        MPI_Send(&rc, 1, MPI_INT, 1, TAG_CLIENT_DONE, MPI_COMM_WORLD);
+    } else {
+        int client_rc = 0;
+        MPI_Recv(&client_rc, 1, MPI_INT, 0, TAG_CLIENT_DONE, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
     MPI_T_finalize();
     MPI_Finalize();
     return rank == 0 ? rc : 0;

@@ -66,6 +66,10 @@ def header(rec: Record) -> str:
     ]
     if where or peer:
         parts.append(f"{where} -> {peer}")
+    launcher = tr.get("launcher") or {}
+    if launcher.get("name"):
+        plugin = launcher.get("mpi_plugin")
+        parts.append(f"launcher {launcher.get('binary') or launcher['name']}" + (f" --mpi={plugin}" if plugin else ""))
     line = "# " + " | ".join(parts)
     if rec.get("pattern") == "lat":
         line += f"\n# latency: {rec.get('latency_definition', '')}"
