@@ -11,23 +11,12 @@ from typing import Any
 
 import pytest
 from engine_pair import check_bandwidth, check_latency, parse_lines, run_client_alone
+from mpi_marks import have_mpi_engine, needs_mpich, needs_openmpi
 
 from conftest import fabscope
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 from fabscope.mpirun import build_mpi_command, find_mpi_engine
-
-
-def _have(mpi: str) -> bool:
-    try:
-        find_mpi_engine(mpi)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-needs_openmpi = pytest.mark.skipif(not _have("openmpi"), reason="fabscope-engine-mpi-openmpi not built")
-needs_mpich = pytest.mark.skipif(not _have("mpich"), reason="fabscope-engine-mpi-mpich not built")
 
 ARGS = ["--sizes", "8", "--iters", "300", "--warmup", "20", "--timeout", "10"]
 
@@ -103,7 +92,7 @@ def test_bad_option_under_mpirun_ends_at_once(mpi: str) -> None:
     """Rank 0 refuses the option before it connects; rank 1, waiting for that connection, must
     end too (it used to wait its whole --timeout), and the message is the engine's own, without
     the launcher's boxes about a rank that exited non-zero."""
-    if not _have(mpi):
+    if not have_mpi_engine(mpi):
         pytest.skip(f"fabscope-engine-mpi-{mpi} not built")
     t0 = time.monotonic()
     out = fabscope("run", "--loopback", "--backend", "mpi", "--mpi", mpi, "--pattern", "nope", "--timeout", "20",
@@ -133,7 +122,7 @@ def test_mpi_engine_missing_peer() -> None:
 
 
 def test_build_command_has_deadline() -> None:
-    if not _have("openmpi"):
+    if not have_mpi_engine("openmpi"):
         pytest.skip("fabscope-engine-mpi-openmpi not built")
     cmd, env = build_mpi_command(["--sizes", "8"], mca={"pml": "ob1"}, env={"UCX_TLS": "tcp"})
     assert cmd[0] == "timeout" and "--kill-after=5" in cmd

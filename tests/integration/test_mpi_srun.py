@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from engine_pair import check_bandwidth, check_latency, free_port
+from mpi_marks import have_mpi_engine, needs_mpich, needs_openmpi
 
 from conftest import fabscope, json_lines
 from fabscope.mpirun import SRUN_MPI_PLUGIN, build_mpi_command, describe_launch, find_mpi_engine
@@ -26,16 +27,6 @@ from fabscope.testbed import slurm as slurmbed
 pytestmark = pytest.mark.mpi
 
 
-def _have(mpi: str) -> bool:
-    try:
-        find_mpi_engine(mpi)
-    except FileNotFoundError:
-        return False
-    return True
-
-
-needs_openmpi = pytest.mark.skipif(not _have("openmpi"), reason="fabscope-engine-mpi-openmpi not built")
-needs_mpich = pytest.mark.skipif(not _have("mpich"), reason="fabscope-engine-mpi-mpich not built")
 needs_srun = pytest.mark.skipif(not shutil.which("srun"), reason="srun not installed (`make setup`)")
 
 SRUN = ("run", "--loopback", "--backend", "mpi", "--launcher", "srun", "--format", "json")
@@ -157,7 +148,7 @@ def test_srun_binds_the_two_ranks_to_different_cpus(cluster: slurmbed.Cluster, m
     """The srun options fabscope uses, with a probe instead of the engine: each rank's CPU set."""
     if cluster.cpus < 2:
         pytest.skip(f"the test node has {cluster.cpus} CPU")
-    if not _have(mpi):
+    if not have_mpi_engine(mpi):
         pytest.skip(f"fabscope-engine-mpi-{mpi} not built")
     cmd, env = build_mpi_command(["--sizes", "8"], mpi=mpi, launcher="srun")
     engine = cmd.index(str(find_mpi_engine(mpi)))
@@ -282,7 +273,7 @@ def test_no_srun_is_a_usage_error_naming_the_fix(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mpi", ["openmpi", "mpich"])
 def test_srun_command_shape(mpi: str) -> None:
-    if not _have(mpi):
+    if not have_mpi_engine(mpi):
         pytest.skip(f"fabscope-engine-mpi-{mpi} not built")
     cmd, env = build_mpi_command(["--sizes", "8", "--timeout", "4"], mpi=mpi, launcher="srun",
                                  env={"UCX_TLS": "sm"}, check_launcher=False)

@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
-import fcntl
 import json
 import os
 import shutil
@@ -48,6 +46,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .lock import exclusive
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("srun", "sinfo", "squeue", "scancel", "scontrol")
@@ -234,29 +234,16 @@ def _stepds(state_dir: Path) -> list[int]:
     return found
 
 
-@contextlib.contextmanager
-def _locked(state_dir: Path, timeout_s: float) -> Iterator[None]:
+def _locked(state_dir: Path, timeout_s: float) -> contextlib.AbstractContextManager[None]:
     """One up/down at a time per state dir (two test sessions may share one)."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    with open(state_dir / ".lock", "a") as fh:
-        end = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() > end:
-                    raise TestbedError(
-                        f"another process held {state_dir}/.lock (starting or stopping this cluster) "
-                        f"for {timeout_s:.0f} s; wait for it, or end it if it is stale"
-                    ) from None
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return exclusive(
+        state_dir / ".lock",
+        timeout_s,
+        lambda: TestbedError(
+            f"another process held {state_dir}/.lock (starting or stopping this cluster) "
+            f"for {timeout_s:.0f} s; wait for it, or end it if it is stale"
+        ),
+    )
 
 
 # --------------------------------------------------------------------------

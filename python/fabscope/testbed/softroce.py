@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import errno
-import fcntl
 import hashlib
 import json
 import logging
@@ -42,10 +40,12 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
+
+from .lock import exclusive
 
 log = logging.getLogger("fabscope.testbed.softroce")
 
@@ -286,33 +286,18 @@ def _load_image(path: Path) -> Image | None:
 # Build.
 
 
-@contextlib.contextmanager
-def _locked(lock_path: Path, deadline_s: float, what: str) -> Iterator[None]:
+def _locked(lock_path: Path, deadline_s: float, what: str) -> contextlib.AbstractContextManager[None]:
     """Hold an exclusive flock, waiting at most deadline_s for it."""
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a") as fh:
-        end = time.monotonic() + deadline_s
-        told = False
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() > end:
-                    raise SoftRoceError(
-                        f"waited {deadline_s:.0f} s for {lock_path} ({what} by another process); "
-                        "if no other build is running, delete the lock file"
-                    ) from None
-                if not told:
-                    log.info("waiting for another process's %s (%s)", what, lock_path)
-                    told = True
-                time.sleep(1.0)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    return exclusive(
+        lock_path,
+        deadline_s,
+        lambda: SoftRoceError(
+            f"waited {deadline_s:.0f} s for {lock_path} ({what} by another process); "
+            "if no other build is running, delete the lock file"
+        ),
+        waiting=lambda: log.info("waiting for another process's %s (%s)", what, lock_path),
+        poll_s=1.0,
+    )
 
 
 def _tail_file(path: Path, lines: int = 25) -> str:
