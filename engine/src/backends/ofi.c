@@ -25,7 +25,6 @@
 
 #include "../core/backend.h"
 
-
 /* libfabric is opened when this backend is first used, not linked into the engine: Debian's
  * libfabric links its PSM provider's libinfinipath, whose load-time constructor spends 0.1-0.2 s
  * calibrating a clock in every process that loads it, TCP runs and --help included (measured
