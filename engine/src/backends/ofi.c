@@ -823,15 +823,13 @@ static int ofi_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
                     : fi_send(f->ep, f->sbuf, size, sdesc, dest, ctx);
         break;
     case FS_OP_WRITE:
-        what = "fi_write";
+        what = inject ? "fi_inject_write" : "fi_write";
         /* The sequence advances only when the write is accepted: an EAGAIN retry must carry
          * the same value, or the target waits for a number that never comes. */
         if (f->mem_polling)
             f->sbuf[size - 1] = next_seq(f->tx_seq);
         rc = inject ? fi_inject_write(f->ep, f->sbuf, size, dest, f->peer_raddr, f->peer_key)
                     : fi_write(f->ep, f->sbuf, size, sdesc, dest, f->peer_raddr, f->peer_key, ctx);
-        if (inject)
-            what = "fi_inject_write";
         break;
     case FS_OP_READ:
         what = "fi_read";

@@ -699,12 +699,19 @@ static int ucx_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *er
                                                           UCP_OP_ATTR_FIELD_USER_DATA,
                                           .cb.send = send_done,
                                           .user_data = u};
-    if (needs_rkey(op) && op != FS_OP_FADD && op != FS_OP_CSWAP) {
+    switch (op) {
+    case FS_OP_WRITE:
+    case FS_OP_READ:
         u->send_param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
         u->send_param.memh = u->smemh;
-    } else if (needs_rkey(op)) {
+        break;
+    case FS_OP_FADD:
+    case FS_OP_CSWAP: /* each post sets its own reply slot */
         u->send_param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_REPLY_BUFFER;
         u->send_param.datatype = ucp_dt_make_contig(8);
+        break;
+    default:
+        break;
     }
     if (size > u->bufsize)
         return fs_fail(err, FS_EXIT_MEASURE, "ucx: size %llu beyond the allocated buffer",
