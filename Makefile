@@ -8,7 +8,9 @@ setup:
 	bash scripts/setup.sh
 
 run: setup
-	.venv/bin/fabscope suite --out build/report
+	.venv/bin/fabscope suite --out build/report; rc=$$?; \
+	.venv/bin/fabscope report build/report/loopback.jsonl --title "fabscope loopback suite" \
+		--html build/report/report.html && exit $$rc
 
 test: setup
 	bash scripts/test.sh

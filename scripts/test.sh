@@ -26,6 +26,10 @@ if [ -z "${FABSCOPE_FAST:-}" ]; then
   mkdir -p build/fuzz-corpus
   cp engine/fuzz/corpus/* build/fuzz-corpus/
   build/engine-fuzz/fuzz_ctl -max_total_time=60 -max_len=4096 build/fuzz-corpus 2>&1 | tail -3
+
+  stage "python: atheris on fabscope serve's control path (45 s)"
+  mkdir -p build/fuzz-py-corpus
+  python tests/fuzz/fuzz_control.py -max_total_time=45 -max_len=4096 build/fuzz-py-corpus tests/fuzz/corpus 2>&1 | tail -3
 fi
 
 if [ -z "${FABSCOPE_FAST:-}" ]; then
@@ -34,6 +38,11 @@ if [ -z "${FABSCOPE_FAST:-}" ]; then
 fi
 
 stage "python: unit and integration tests"
-markers=""
-[ -n "${FABSCOPE_FAST:-}" ] && markers="not softroce"
+markers="not soak"
+[ -n "${FABSCOPE_FAST:-}" ] && markers="not softroce and not soak"
 python -m pytest -q -p no:cacheprovider ${markers:+-m "$markers"} tests
+
+if [ -z "${FABSCOPE_FAST:-}" ]; then
+  stage "python: soak of fabscope serve (honest runs among hostile connections, ~3 min)"
+  python -m pytest -q -p no:cacheprovider -s -m soak tests/integration/test_serve_soak.py
+fi

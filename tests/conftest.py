@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,26 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
+
+# Every `fabscope run`/`suite`/`matrix` keeps its results in a history store under $XDG_DATA_HOME:
+# point that at a temporary directory for the whole session (set before any test module builds
+# its environment), never at the real home. Tests that pass a minimal env= add it themselves.
+HISTORY_HOME = tempfile.mkdtemp(prefix="fabscope-tests-xdg-")
+os.environ["XDG_DATA_HOME"] = HISTORY_HOME
+atexit.register(shutil.rmtree, HISTORY_HOME, True)
+
+# Hypothesis (tests/property, tests/fuzz) keeps its example cache (.hypothesis/) under the current
+# directory by default: keep it, like everything else tests write, out of the source tree. (Here and
+# not in a conftest.py of their own: two conftest modules would shadow each other's `from conftest
+# import ...` when pytest collects the whole tree.)
+try:
+    from hypothesis import configuration as _hypothesis_configuration
+except ImportError:  # pragma: no cover - hypothesis is in deps/python-requirements.txt
+    pass
+else:
+    HYPOTHESIS_HOME = tempfile.mkdtemp(prefix="fabscope-hypothesis-")
+    _hypothesis_configuration.set_hypothesis_home_dir(HYPOTHESIS_HOME)
+    atexit.register(shutil.rmtree, HYPOTHESIS_HOME, True)
 
 
 def engine_bin() -> Path:

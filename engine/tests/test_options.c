@@ -26,6 +26,12 @@ int main(void)
     CHECK(fs_parse_size_list("8:2", &l, why, sizeof why) == -1);
     CHECK(fs_parse_size_list("0:8", &l, why, sizeof why) == -1);
     CHECK(fs_parse_size_list("8,,x", &l, why, sizeof why) == -1);
+    /* A range is the powers of two between its ends: other ends are refused, not rounded. */
+    CHECK(fs_parse_size_list("3:100", &l, why, sizeof why) == -1 && strstr(why, "4:64") != NULL);
+    CHECK(fs_parse_size_list("5:7", &l, why, sizeof why) == -1);
+    CHECK(fs_parse_size_list("1:1", &l, why, sizeof why) == 0 && l.n == 1 && l.v[0] == 1);
+    CHECK(fs_parse_size_list("8,,16", &l, why, sizeof why) == -1); /* an empty entry is a typo */
+    CHECK(fs_parse_size_list("8,", &l, why, sizeof why) == -1);
 
     struct fs_spec spec;
     struct fs_err err = {0};

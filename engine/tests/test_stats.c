@@ -30,5 +30,14 @@ int main(void)
     CHECK(s.max == 9.0);
 
     CHECK(fs_summarize(one, 0, &s) == -1);
+
+    /* Histogram buckets: [1, 2) ns is octave 0; 1000 ns is in octave 9
+     * (1000 / 512 = 1.953: sub 30); 1024 ns starts octave 10; the bucket width stays below 1/32 of its lower bound. */
+    CHECK(fs_hist_index(0.2) == 0 && fs_hist_index(1.0) == 0);
+    CHECK(fs_hist_index(1.99) == FS_HIST_SUB_BUCKETS - 1);
+    CHECK(fs_hist_index(1000.0) == 9 * FS_HIST_SUB_BUCKETS + 30);
+    CHECK(fs_hist_index(1024.0) == 10 * FS_HIST_SUB_BUCKETS);
+    CHECK(fs_hist_index(1056.0) == 10 * FS_HIST_SUB_BUCKETS + 1);
+    CHECK(fs_hist_index(1055.9) == 10 * FS_HIST_SUB_BUCKETS);
     return CHECK_DONE();
 }

@@ -1,31 +1,47 @@
-"""The `fabscope` command: subcommands only; the logic lives in the modules they call."""
+"""The `fabscope` command: subcommands only; the logic lives in the modules they call.
+
+Adding a subcommand: give every option a `type=` from argtypes.py (finite numbers in range, ports,
+hosts, CIDRs, files: exit 2 naming the argument, the value and what is allowed), put rules between
+options in a `check` function (set_defaults(func=..., check=...): raise FabscopeError, exit 2, for
+an option that does not apply), and start nothing before `func`. tests/property/test_cli_argv.py
+finds the new subcommand by itself and drives random argv through it."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from . import __version__, control
-from .errors import EXIT_MISROUTED, EXIT_OK, EXIT_USAGE, FabscopeError
+from . import __version__, argtypes, compare, control, history
+from .errors import EXIT_MISROUTED, EXIT_OK, EXIT_PEER, EXIT_USAGE, FabscopeError
 
 DELEGATED = ("devices", "doctor", "testbed")
 
+TESTBED_HELP = ("test setups on one machine: netns (two hosts), softroce (a verbs device), "
+                "slurm (a one-node cluster for --launcher srun)")
+
+# What `run --backend mpi` uses when --mpi / --launcher are not given.
+MPI_DEFAULTS = {"mpi": "openmpi", "launcher": "mpirun"}
+
 # Engine options the CLI manages itself (modes, output, the control socket).
-CLI_MANAGED = {"peer", "listen", "control-fd", "session-open", "format", "options-json", "list-backends", "help"}
+CLI_MANAGED = {"peer", "peer-fd", "listen", "control-fd", "session-open", "format", "options-json", "counters-json",
+               "counters-serve", "list-backends", "help"}
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse that exits 2 with one clear line instead of a usage dump plus traceback risk."""
+class Parser(argtypes.ArgumentParser):
+    """argparse that exits 2 with one clear line (which argument, which value, what is allowed;
+    the type= helpers of argtypes.py say the last two) instead of a usage dump."""
 
     def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        raise FabscopeError(f"{self.prog}: {message}", EXIT_USAGE)
+        command = self.prog.removeprefix("fabscope").strip()
+        where = f"{command}: " if command else ""
+        raise FabscopeError(f"{where}{message} (see `{self.prog} --help`)", EXIT_USAGE)
 
 
-def _add_engine_options(p: argparse.ArgumentParser, table: dict[str, Any]) -> None:
-    seen: set[str] = set()
+def _add_engine_options(p: argparse.ArgumentParser, table: dict[str, Any], skip: frozenset[str] = frozenset()) -> None:
+    seen: set[str] = set(skip)
     core = p.add_argument_group("measurement options (engine)")
     groups = [(core, table["core"])] + [
         (p.add_argument_group(f"{name} backend options"), be["options"]) for name, be in table["backends"].items()
@@ -54,32 +70,37 @@ def _engine_args(ns: argparse.Namespace) -> list[str]:
 
 
 def _run(ns: argparse.Namespace) -> int:
-    from . import path as pathmod
     from . import runner
     from .report.render import RENDERERS
+    from .results import Result
 
     args = _engine_args(ns)
     timeout = float(getattr(ns, "eng:timeout", 10))
-    records: list[dict[str, Any]] = []
+    key = _key(ns)
     progress = _progress(ns)
+    keep = history.recorder(ns, "run")  # opened before anything runs: a bad --store fails up front
 
     streaming = ns.format == "json"
 
-    def on_record(rec: dict[str, Any]) -> None:
-        rec["path"] = pathmod.verdict(rec)
-        records.append(rec)
+    def on_record(rec: Result) -> None:  # typed, path verdict attached by the runner
+        if keep:
+            keep.add(rec)  # committed as it arrives: a kill loses at most this record
         if streaming:  # JSON lines need no table layout: each size is out the moment it is measured
             sys.stdout.write(RENDERERS["json"]([rec]))
             sys.stdout.flush()
         if progress:
             progress(rec)
 
-    if getattr(ns, "eng:backend", "") == "mpi":
-        outcome = _run_mpi(ns, args, timeout, on_record)
-    elif ns.loopback:
-        outcome = runner.run_loopback(args + ["--format=json"], timeout, on_record, pin=not ns.no_pin)
-    else:
-        outcome = runner.run_peer(args + ["--format=json"], ns.peer, timeout, on_record)
+    try:
+        if getattr(ns, "eng:backend", "") == "mpi":
+            outcome = _run_mpi(ns, args, timeout, on_record)
+        elif ns.loopback:
+            outcome = runner.run_loopback(args + ["--format=json"], timeout, on_record, pin=not ns.no_pin)
+        else:
+            outcome = runner.run_peer(args + ["--format=json"], ns.peer, timeout, on_record, key=key)
+    finally:
+        if keep:
+            keep.close()
     if progress:
         progress(None)
     if not streaming:
@@ -89,36 +110,80 @@ def _run(ns: argparse.Namespace) -> int:
         kept = f" ({len(outcome.records)} size(s) measured before that are shown above)" if outcome.records else ""
         print(f"fabscope: {outcome.error}{kept}", file=sys.stderr)
         return outcome.exit_code or 4
-    if any((r.get("path") or {}).get("verdict") == "misrouted" for r in outcome.records):
+    if any(r.misrouted for r in outcome.records):
         return EXIT_MISROUTED
     return EXIT_OK
 
 
-def _pairs(items: list[str] | None, flag: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise FabscopeError(f"{flag} {item!r}: expected KEY=VALUE", EXIT_USAGE)
-        out[key] = value
-    return out
+def _key(ns: argparse.Namespace) -> Any:
+    """--key-file: the shared key of the peer's `fabscope serve` (checked: owner-only, long enough)."""
+    if not ns.key_file:
+        return None
+    if not ns.peer:
+        raise FabscopeError("--key-file applies only with --peer HOST (the key of that host's serve)", EXIT_USAGE)
+    from .auth import load_key
+
+    return load_key(ns.key_file)
+
+
+def _refuse(flags: list[str], applies_to: str, chosen: str, fix: str) -> None:
+    if flags:
+        them = "it" if len(flags) == 1 else "them"
+        raise FabscopeError(f"{', '.join(flags)} {'applies' if len(flags) == 1 else 'apply'} only to {applies_to}, "
+                            f"but this run is {chosen}: drop {them}{fix}", EXIT_USAGE)
+
+
+def _check_run(ns: argparse.Namespace) -> None:
+    """Everything `run` can refuse before it starts a process: options that do not apply to the
+    chosen backend or mode (exit 2 naming them), then the engine's own verdict on its options
+    (`--validate-only`: types, ranges, backend scope, op/pattern/sizes, device names)."""
+    from .engine import validate_args
+
+    backend = str(getattr(ns, "eng:backend", "tcp"))
+    given_mpi = [flag for flag, value in (("--mpi", ns.mpi), ("--launcher", ns.launcher), ("--mca", ns.mca),
+                                          ("--env", ns.env), ("--hosts", ns.hosts)) if value]
+    if backend != "mpi":
+        _refuse(given_mpi, "--backend mpi (they configure the MPI launch)", f"--backend {backend}",
+                ", or add --backend mpi")
+        _refuse(["--no-pin"] if ns.no_pin and not ns.loopback else [], "--loopback (both engines on this host)",
+                "--peer", "")
+        validate_args(_engine_args(ns))
+        return
+    if ns.peer:
+        raise FabscopeError(
+            "--backend mpi places its two ranks with the launcher (host files, srun), not with --peer; "
+            "use --loopback for this host, or --hosts HOST1,HOST2 (rank 0 on HOST1, rank 1 on HOST2)",
+            EXIT_USAGE,
+        )
+    _refuse(["--no-pin"] if ns.no_pin else [], "the two-engine runs (the MPI launcher binds each rank to a CPU)",
+            "--backend mpi", "")
+    for key, default in MPI_DEFAULTS.items():
+        if getattr(ns, key) is None:
+            setattr(ns, key, default)
+    _refuse(["--mca"] if ns.mca and ns.mpi != "openmpi" else [],
+            "--mpi openmpi (MCA parameters are Open MPI's; MPICH takes MPIR_CVAR_* variables with --env)",
+            f"--mpi {ns.mpi}", "")
+    from .mpirun import find_mpi_engine
+
+    try:
+        binary = find_mpi_engine(ns.mpi)
+    except FileNotFoundError as exc:
+        raise FabscopeError(str(exc), EXIT_USAGE) from exc
+    validate_args(_engine_args(ns), binary)
 
 
 def _run_mpi(ns: argparse.Namespace, args: list[str], timeout: float, on_record: Any) -> Any:
     """Both ranks under the MPI launcher; rank 0 prints records like a client engine."""
     from . import runner
+    from .mpirun import NodesUnavailable
 
-    if ns.peer:
-        raise FabscopeError(
-            "--backend mpi places its two ranks with the launcher (host files, srun), not with --peer; "
-            "use --loopback for this host, or your launcher's host options via --launcher",
-            EXIT_USAGE,
-        )
     try:
         return runner.run_mpi(args, timeout, on_record, mpi=ns.mpi, launcher=ns.launcher,
-                              mca=_pairs(ns.mca, "--mca"), env=_pairs(ns.env, "--env"))
+                              mca=dict(ns.mca or []), env=dict(ns.env or []), hosts=ns.hosts)
     except (ValueError, FileNotFoundError) as exc:
         raise FabscopeError(str(exc), EXIT_USAGE) from exc
+    except NodesUnavailable as exc:
+        raise FabscopeError(str(exc), EXIT_PEER) from exc
 
 
 def _progress(ns: argparse.Namespace) -> Any:
@@ -137,19 +202,28 @@ def _progress(ns: argparse.Namespace) -> Any:
     task = bar.add_task("sizes", total=total)
     bar.start()
 
-    def step(rec: dict[str, Any] | None) -> None:
+    def step(rec: Any) -> None:  # a Result, or None at the end
         if rec is None:
             bar.stop()
         else:
-            bar.update(task, advance=1, description=f"{rec.get('pattern')} {rec.get('size')} B")
+            bar.update(task, advance=1, description=f"{rec.pattern} {rec.size} B")
 
     return step
 
 
-def _serve(ns: argparse.Namespace) -> int:
-    from .serve import serve
+def _check_serve(ns: argparse.Namespace) -> None:
+    """The engine options serve hands to every run (--device, --timeout) are checked by the
+    engine before serve listens: a bad one is exit 2 now, not "connection reset" for each client.
+    So are the key file and the rule that off loopback a key is required (serve.config_from_args)."""
+    from .serve import config_from_args
 
-    return serve(ns.bind, ns.port, _engine_args(ns), ns.max_runs)
+    ns.serve_config = config_from_args(ns, _engine_args(ns))
+
+
+def _serve(ns: argparse.Namespace) -> int:
+    from .serve import main as serve_main
+
+    return serve_main(ns, _engine_args(ns))
 
 
 def _backends(_ns: argparse.Namespace) -> int:
@@ -164,10 +238,70 @@ def _backends(_ns: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# What `suite --peer/--hosts` uses when --launcher / --timeout are not given.
+SUITE_HOSTS_DEFAULTS: dict[str, Any] = {"launcher": "mpirun", "timeout": 10.0}
+SUITE_BACKENDS = ("tcp", "verbs", "ucx", "ofi", "mpi")
+
+
+def _check_suite(ns: argparse.Namespace) -> None:
+    """The two-host options are refused by the loopback suite (which uses this host's defaults),
+    --launcher without --hosts (it starts the MPI rows) and --key-file without --peer."""
+    given = [f"--{name.replace('_', '-')}" for name in ("device", "key_file", "launcher", "timeout")
+             if getattr(ns, name) is not None]
+    if not (ns.peer or ns.hosts):
+        _refuse(given, "a suite between two hosts (--peer HOST or --hosts A,B)", "the loopback suite", "")
+    _refuse(["--launcher"] if ns.launcher is not None and not ns.hosts else [],
+            "--hosts A,B (it starts the MPI rows)", "without --hosts", "")
+    _refuse(["--key-file"] if ns.key_file and not ns.peer else [], "--peer HOST (the key of that host's serve)",
+            "without --peer", "")
+    for key, default in SUITE_HOSTS_DEFAULTS.items():
+        if getattr(ns, key) is None:
+            setattr(ns, key, default)
+
+
 def _suite(ns: argparse.Namespace) -> int:
     from .suite import run_suite
 
-    return run_suite(ns.out, quick=ns.quick)
+    try:  # the report directory exists before the first case runs, or the suite does not start
+        ns.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise FabscopeError(f"--out {argtypes.shown(str(ns.out))}: cannot create it: {exc.strerror}", EXIT_USAGE) from exc
+    if ns.peer or ns.hosts:  # between two hosts: suite_hosts.py
+        from .suite_hosts import run_suite_hosts
+
+        rc = run_suite_hosts(str(ns.out), peer=ns.peer, hosts=ns.hosts, device=ns.device, key=_key(ns),
+                             launcher=ns.launcher, timeout_s=ns.timeout, quick=ns.quick, backends=ns.backends)
+        history.keep_file(ns, "suite", ns.out / "hosts.jsonl")
+        return rc
+    keep = history.recorder(ns, "suite")
+    try:
+        return run_suite(str(ns.out), quick=ns.quick, keep=keep.add if keep else None, backends=ns.backends)
+    finally:
+        if keep:
+            keep.close()
+
+
+def _report(ns: argparse.Namespace) -> int:
+    from .report.command import report
+
+    return report(ns.inputs, html=ns.html, md=ns.md, csv=ns.csv, title=ns.title, size=ns.size, store=ns.store,
+                  history=not ns.no_history)
+
+
+def _exporter(ns: argparse.Namespace) -> int:
+    from .errors import EXIT_UNSUPPORTED
+
+    try:
+        from .exporter import serve
+    except ImportError as exc:  # prometheus_client is the one package the exporter needs
+        if not (exc.name or "").startswith("prometheus_client"):
+            raise
+        raise FabscopeError(f"fabscope exporter needs prometheus_client ({exc}); install it: "
+                            "`pip install 'fabscope[exporter]'` or `apt-get install python3-prometheus-client`",
+                            EXIT_UNSUPPORTED) from exc
+
+    root = None if ns.sysfs_root is None else str(ns.sysfs_root)
+    return serve(ns.listen, sysfs_root=root, exclude=ns.exclude_devices, results=ns.results, store=ns.store)
 
 
 def build_parser(with_engine: bool = True) -> Parser:
@@ -178,91 +312,195 @@ def build_parser(with_engine: bool = True) -> Parser:
     run = sub.add_parser("run", help="measure: both ends here (--loopback) or against `fabscope serve` (--peer)")
     where = run.add_mutually_exclusive_group(required=True)
     where.add_argument("--loopback", action="store_true", help="start both engines on this host (127.0.0.1)")
-    where.add_argument("--peer", metavar="HOST[:PORT]", help=f"a host running `fabscope serve` (port {control.DEFAULT_PORT})")
+    where.add_argument("--peer", metavar="HOST[:PORT]", type=argtypes.host_port(control.DEFAULT_PORT),
+                       help=f"a host running `fabscope serve` (port {control.DEFAULT_PORT})")
+    where.add_argument("--hosts", metavar="HOST1,HOST2", type=argtypes.host_list,
+                       help="--backend mpi: rank 0 on HOST1, rank 1 on HOST2, started by the launcher "
+                            "(for the netns testbed: eval \"$(fabscope testbed netns env)\" first)")
     run.add_argument("--format", choices=["text", "json", "csv", "md"], default="text")
-    run.add_argument("--no-pin", action="store_true", help="loopback: do not pin the two engines to different CPUs")
-    mpi = run.add_argument_group("--backend mpi (point-to-point as MPI users see it, under a launcher)")
-    mpi.add_argument("--mpi", choices=["openmpi", "mpich"], default="openmpi", help="which MPI build of the engine")
-    mpi.add_argument("--launcher", choices=["mpirun", "srun"], default="mpirun")
-    mpi.add_argument("--mca", action="append", metavar="KEY=VALUE", help="Open MPI MCA parameter (repeatable)")
-    mpi.add_argument("--env", action="append", metavar="KEY=VALUE",
+    run.add_argument("--key-file", metavar="FILE", default=None,
+                     help="with --peer: the shared key of that `fabscope serve` (the file its --key-file names)")
+    run.add_argument("--no-pin", action="store_true",
+                     help="--loopback (not with --backend mpi): do not pin the two engines to different CPUs")
+    # The MPI options default to None so that giving one without --backend mpi can be refused
+    # (MPI_DEFAULTS fills them in for mpi runs).
+    mpi = run.add_argument_group("--backend mpi (point-to-point as MPI users see it, under a launcher); "
+                                 "these options are refused with any other backend")
+    mpi.add_argument("--mpi", choices=["openmpi", "mpich"], default=None,
+                     help=f"which MPI build of the engine (default {MPI_DEFAULTS['mpi']})")
+    mpi.add_argument("--launcher", choices=["mpirun", "srun"], default=None,
+                     help=f"what starts the two ranks (default {MPI_DEFAULTS['launcher']})")
+    mpi.add_argument("--mca", action="append", metavar="KEY=VALUE", type=argtypes.key_value,
+                     help="Open MPI MCA parameter (repeatable; not with --mpi mpich)")
+    mpi.add_argument("--env", action="append", metavar="KEY=VALUE", type=argtypes.key_value,
                      help="environment for the ranks, e.g. UCX_NET_DEVICES=eth0 (repeatable)")
     if with_engine:
         from .engine import option_table
 
         _add_engine_options(run, option_table())
-    run.set_defaults(func=_run)
+    history.add_store_options(run)
+    run.set_defaults(func=_run, check=_check_run)
 
     srv = sub.add_parser("serve", help="answer `fabscope run --peer` from other hosts, one run at a time")
-    srv.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-    srv.add_argument("--port", type=int, default=control.DEFAULT_PORT)
-    srv.add_argument("--max-runs", type=int, default=None, help=argparse.SUPPRESS)
-    srv.add_argument("--device", dest="eng:device", default=argparse.SUPPRESS, help="device this host uses for runs")
+    srv.add_argument("--bind", default="127.0.0.1", type=argtypes.bind_address,
+                     help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    srv.add_argument("--port", type=argtypes.port(allow_zero=True), default=control.DEFAULT_PORT,
+                     help=f"TCP port, 1 to 65535, 0 = any free one (default {control.DEFAULT_PORT})")
+    srv.add_argument("--max-runs", type=argtypes.int_range(1, 10**9), default=None, help=argparse.SUPPRESS)
+    srv.add_argument("--device", dest="eng:device", metavar="NAME", default=argparse.SUPPRESS,
+                     help="device this host uses for runs (a netdev, RDMA, UCX or libfabric device)")
     srv.add_argument(
-        "--timeout", dest="eng:timeout", default=argparse.SUPPRESS,
+        "--timeout", dest="eng:timeout", metavar="S", default=argparse.SUPPRESS,
         help="seconds without progress before a client counts as gone",
     )
-    srv.set_defaults(func=_serve)
+    from .serve import add_arguments as add_serve_arguments
+
+    add_serve_arguments(srv)
+    srv.set_defaults(func=_serve, check=_check_serve)
 
     bk = sub.add_parser("backends", help="list the transport backends this engine was built with")
     bk.set_defaults(func=_backends)
 
     st = sub.add_parser("suite", help="the loopback suite: every available backend and pattern, one comparison table")
-    st.add_argument("--out", default="fabscope-report", help="directory for the report files (JSON, CSV, Markdown)")
+    st.add_argument("--out", default="fabscope-report", type=argtypes.output_dir,
+                    help="directory for the report files (JSON, CSV, Markdown)")
     st.add_argument("--quick", action="store_true", help="fewer iterations (for tests)")
-    st.set_defaults(func=_suite)
+    st.add_argument("--backends", metavar="LIST", type=argtypes.choice_list(SUITE_BACKENDS), default=None,
+                    help=f"only the rows of these backends ({','.join(SUITE_BACKENDS)}); a listed backend with no "
+                         "row here is an error saying why (default: every backend)")
+    two = st.add_argument_group("between two hosts (one comparison row per transport)")
+    two.add_argument("--peer", metavar="HOST[:PORT]", type=argtypes.host_port(control.DEFAULT_PORT), default=None,
+                     help="a host running `fabscope serve`: tcp, verbs, ucx and libfabric rows")
+    two.add_argument("--hosts", metavar="A,B", type=argtypes.host_list, default=None,
+                     help="two hosts for the MPI rows, started by --launcher (rank 0 on A, rank 1 on B)")
+    two.add_argument("--device", metavar="NAME", default=None, help="the device every row must use (checked per row)")
+    two.add_argument("--key-file", metavar="FILE", default=None, help="with --peer: the shared key of that serve")
+    two.add_argument("--launcher", choices=["mpirun", "srun"], default=None,
+                     help=f"starts the MPI ranks (--hosts; default {SUITE_HOSTS_DEFAULTS['launcher']})")
+    two.add_argument("--timeout", type=argtypes.finite_float(0.1, 3600), default=None,
+                     help="seconds without progress before a peer counts as gone "
+                          f"(0.1 to 3600; default {SUITE_HOSTS_DEFAULTS['timeout']:g})")
+    history.add_store_options(st)
+    st.set_defaults(func=_suite, check=_check_suite)
+    history.add_history_parser(sub)
+    compare.add_compare_parser(sub)
+
+    from .matrix.cli import MATRIX_MANAGED
+    from .matrix.cli import add_parsers as add_matrix_parsers
+
+    add_matrix_parsers(sub, (lambda m: _add_engine_options(m, option_table(), MATRIX_MANAGED)) if with_engine else None)
+
+    rp = sub.add_parser("report", help="report files from saved results: one self-contained HTML file with charts, "
+                                       "Markdown tables, CSV")
+    rp.add_argument("inputs", nargs="+", metavar="FILE|DIR|RUN",
+                    help="result files (`run --format json` output, a suite's loopback.jsonl, a matrix JSON), "
+                         "directories of them, or stored runs (a run id, latest, latest~N, a tag)")
+    rp.add_argument("--html", metavar="FILE", help="write one self-contained HTML file (inline SVG, no network)")
+    rp.add_argument("--md", metavar="FILE", help="write Markdown tables")
+    rp.add_argument("--csv", metavar="FILE", help="write CSV, one row per measured size")
+    rp.add_argument("--title", default="fabscope report", type=argtypes.text(200))
+    rp.add_argument("--size", type=argtypes.byte_size(1), default=None,
+                    help="message size whose latency distribution is drawn (default: the largest latency size)")
+    rp.add_argument("--store", metavar="PATH", default=None,
+                    help="history file for RUN inputs and the trend charts (default: the one `run` keeps results in)")
+    rp.add_argument("--no-history", action="store_true", help="leave the history trend charts out")
+    rp.set_defaults(func=_report)
+
+    ex = sub.add_parser("exporter", help="serve /metrics for Prometheus: every port counter, fabscope's latest results")
+    ex.add_argument("--listen", default="127.0.0.1:9730", type=argtypes.host_port(9730), metavar="ADDR:PORT",
+                    help="where to serve /metrics (default 127.0.0.1:9730, loopback; 0.0.0.0:9730 for all)")
+    ex.add_argument("--sysfs-root", type=argtypes.existing_dir, default=None, metavar="PATH",
+                    help="read counters under PATH instead of /sys (a copy of another host's tree)")
+    ex.add_argument("--exclude-devices", type=argtypes.text(), nargs="+", default=[], metavar="NAME",
+                    help="RDMA devices or netdevs not to export (each must exist)")
+    ex.add_argument("--results", type=argtypes.existing_file, nargs="+", default=[], metavar="FILE",
+                    help="JSON-lines reports (run --format json, suite, matrix) whose latest results to export")
+    ex.add_argument("--store", type=argtypes.existing_file, default=None, metavar="PATH",
+                    help="history store to export the latest results from (default: the default store, if any)")
+    ex.set_defaults(func=_exporter)
 
     for name, helptext in (("devices", "RDMA devices, ports, GIDs and netdevs as sysfs shows them"),
                            ("doctor", "check the configuration for known pitfalls, each with its fix"),
-                           ("testbed", "test setups on one machine: netns (two hosts), softroce (a verbs device), "
-                                       "slurm (a one-node cluster for --launcher srun)")):
+                           ("testbed", TESTBED_HELP)):
         sp = sub.add_parser(name, help=helptext, add_help=False)
         sp.add_argument("rest", nargs=argparse.REMAINDER)
         sp.set_defaults(func=None)
     return p
 
 
-def _delegate(command: str, rest: list[str]) -> int:
+def _delegate(command: str, rest: list[str], execute: bool = True) -> int:
+    """devices, doctor and testbed parse their own arguments; execute=False: only that."""
     if command == "devices":
         from .doctor.cli_entry import main_devices
 
-        return main_devices(rest)
+        return main_devices(rest, parse_only=not execute)
     if command == "doctor":
         from .doctor.cli_entry import main_doctor
 
-        return main_doctor(rest)
+        return main_doctor(rest, parse_only=not execute)
+    if rest in (["-h"], ["--help"]):
+        print("usage: fabscope testbed {netns,softroce,slurm} ...\n\n" + TESTBED_HELP)
+        return EXIT_OK
     if not rest or rest[0] not in ("netns", "softroce", "slurm"):
-        raise FabscopeError("usage: fabscope testbed netns|softroce|slurm ... (see `fabscope testbed netns --help`)",
-                            EXIT_USAGE)
+        got = f"got {argtypes.shown(rest[0])}" if rest else "got nothing"
+        raise FabscopeError(f"testbed: the first argument is netns, softroce or slurm ({got}); "
+                            "see `fabscope testbed netns --help`", EXIT_USAGE)
     if rest[0] == "netns":
         from .testbed import netns
 
-        return netns.main(rest[1:])
+        return netns.main(rest[1:], parse_only=not execute)
     if rest[0] == "slurm":
         from .testbed import slurm
 
-        return slurm.main(rest[1:])
+        return slurm.main(rest[1:], parse_only=not execute)
     from .testbed import softroce
 
-    return softroce.main(rest[1:])
+    return softroce.main(rest[1:], parse_only=not execute)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _tolerant_stdout() -> None:
+    """argv arrives decoded with surrogateescape: echoing an argument (a path, a name) to stdout
+    writes back the bytes the user typed instead of raising UnicodeEncodeError, as Python itself
+    does under the C locale. (stderr already escapes them: backslashreplace.)"""
+    if isinstance(sys.stdout, io.TextIOWrapper) and sys.stdout.errors == "strict":
+        sys.stdout.reconfigure(errors="surrogateescape")
+
+
+def main(argv: Sequence[str] | None = None, execute: bool = True) -> int:
+    """The `fabscope` command; returns the exit status (never raises for a user's mistake).
+
+    Each subcommand is: argparse with argtypes' `type=` helpers, then its `check` (set_defaults
+    (check=FN): cross-option rules and the engine's --validate-only; raise FabscopeError), then its
+    `func`. execute=False stops after the checks and returns 0: parse and validate only, nothing
+    started (what tests/property drives with random argv)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    _tolerant_stdout()
     try:
         # Only `run` needs the engine's option table; other commands work without an engine.
         if argv and argv[0] in DELEGATED:
             # These parse their own arguments (argparse's REMAINDER would drop leading options).
-            return _delegate(argv[0], argv[1:])
-        parser = build_parser(with_engine=bool(argv) and argv[0] == "run")
+            return _delegate(argv[0], argv[1:], execute)
+        parser = build_parser(with_engine=bool(argv) and argv[0] in ("run", "matrix"))
         ns = parser.parse_args(argv)
         if ns.func is None:
-            return _delegate(ns.command, ns.rest)
+            return _delegate(ns.command, ns.rest, execute)
+        check = getattr(ns, "check", None)
+        if check is not None:
+            check(ns)
+        if not execute:
+            return EXIT_OK
         rc: int = ns.func(ns)
         return rc
     except FabscopeError as exc:
         print(f"fabscope: {exc.message}", file=sys.stderr)
         return exc.exit_code
+    except SystemExit as exc:  # --help, --version, and the argparse of a delegated module
+        if isinstance(exc.code, int):
+            return exc.code
+        if exc.code is not None:
+            print(exc.code, file=sys.stderr)
+            return 1
+        return EXIT_OK
     except KeyboardInterrupt:
         print("fabscope: interrupted", file=sys.stderr)
         return 130

@@ -1,16 +1,20 @@
-"""Discovery of RDMA devices, their ports, GIDs, netdevs and PCI placement from sysfs.
+"""Discovery of RDMA devices, their ports, GIDs, netdevs and PCI placement.
 
-Everything is read from a sysfs root given as a parameter (default ``/sys``, or the
-environment variable ``FABSCOPE_SYSFS_ROOT``) so that tests can point it at a copy of a
-real device layout.  Nothing is invented: a value that cannot be read is ``None`` and is
-shown as ``unknown``.
+Two sources, each for what it knows:
 
-Two port attributes are *not* sysfs files: the active and maximum MTU.  ``ibv_devinfo``
-gets them from ``ibv_query_port()``, a verbs call into the driver.  fabscope takes them
-from ``ibv_devinfo -v`` output when the caller supplies it (see :func:`parse_ibv_devinfo`)
-and otherwise, for RoCE only, derives the active MTU from the netdev MTU the way the
-kernel's ``iboe_get_mtu()`` does, labelled as derived.  On InfiniBand without verbs output
-the MTUs stay unknown (they live in the SM-programmed PortInfo, reachable only by a MAD).
+- the engine's ``--inventory-json`` (:mod:`fabscope.inventory`): what libibverbs reports for
+  every device and port (``ibv_query_port``: state, active and maximum MTU, rate, LIDs;
+  ``ibv_query_gid_table``: GIDs with their type and netdev).  The active and maximum MTU exist
+  only there (sysfs has no file for them);
+- sysfs, read from a root given as a parameter (default ``/sys``, or the environment variable
+  ``FABSCOPE_SYSFS_ROOT``) so that tests can point it at a copy of a real device layout: PCI
+  placement, NUMA node, PCIe link, netdevs and their MTU, and, where no inventory is given,
+  the port files.
+
+Nothing is invented: a value neither source has is ``None`` and is shown as ``unknown``.
+Without verbs data (a sysfs copy of another host, or an engine built without libibverbs)
+the RoCE active MTU is derived from the netdev MTU the way the kernel's ``iboe_get_mtu()``
+does, labelled as derived; on InfiniBand the MTUs then stay unknown.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from fabscope.inventory import EngineInventory, Verbs, VerbsDevice, VerbsPort, from_env_or_query
 
 SCHEMA = "fabscope.devices/1"
 DEFAULT_SYSFS_ROOT = Path("/sys")
@@ -223,10 +229,22 @@ class Inventory:
     rdma_devices: list[RdmaDevice]
     netdevs: list[NetDev]
     notes: list[str]
+    # UCX's and libfabric's parts of the engine inventory, when it was asked (fabscope devices)
+    libraries: EngineInventory | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        return {"schema": SCHEMA, **data}
+        data.pop("libraries")
+        out = {"schema": SCHEMA, **data}
+        if self.libraries is not None:
+            ucx, ofi = self.libraries.ucx, self.libraries.ofi
+            out["ucx"] = {"status": ucx.status, "problem": ucx.problem, "version": ucx.version,
+                          "resources": [asdict(r) for r in ucx.resources],
+                          "tls_names": list(ucx.tls_names), "net_devices": list(ucx.net_devices)}
+            out["libfabric"] = {"status": ofi.status, "problem": ofi.problem, "version": ofi.version,
+                                "providers": [asdict(p) for p in ofi.providers],
+                                "provider_names": list(ofi.provider_names)}
+        return out
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
@@ -241,46 +259,6 @@ class Inventory:
 
     def ports(self) -> list[tuple[RdmaDevice, Port]]:
         return [(d, p) for d in self.rdma_devices for p in d.ports]
-
-
-# --------------------------------------------------------------------------------------
-# ibv_devinfo -v parsing (the only source of max/active MTU without writing verbs code)
-
-
-def parse_ibv_devinfo(text: str) -> dict[tuple[str, int], dict[str, str]]:
-    """Per (device, port) the key/value lines of ``ibv_devinfo [-v]`` output.
-
-    Values keep ibv_devinfo's spelling (``"4096 (5)"``, ``"PORT_ACTIVE (4)"``).
-    """
-    out: dict[tuple[str, int], dict[str, str]] = {}
-    dev: str | None = None
-    port: int | None = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or ":" not in line:
-            continue
-        key, _, value = line.partition(":")
-        key = key.strip()
-        value = value.strip()
-        if key == "hca_id":
-            dev, port = value, None
-        elif key == "port" and dev is not None:
-            try:
-                port = int(value)
-            except ValueError:
-                port = None
-            if port is not None:
-                out.setdefault((dev, port), {})
-        elif dev is not None and port is not None:
-            out[(dev, port)].setdefault(key, value)
-    return out
-
-
-def _devinfo_mtu(value: str | None) -> int | None:
-    if value is None:
-        return None
-    m = re.match(r"\s*([0-9]+)", value)
-    return int(m.group(1)) if m else None
 
 
 # --------------------------------------------------------------------------------------
@@ -412,11 +390,76 @@ def _discover_netdevs(root: Path) -> list[NetDev]:
     return out
 
 
-def discover(sysfs_root: Path | str | None = None, ibv_devinfo_text: str | None = None) -> Inventory:
+MTU_FROM_VERBS = "ibv_query_port (fabscope-engine --inventory-json)"
+
+
+def _apply_verbs_port(port: Port, vp: VerbsPort) -> None:
+    """What libibverbs said about the port replaces what sysfs said (same facts, one more
+    step removed from the driver) and adds what sysfs lacks (MTUs, GID types on old kernels)."""
+    port.state = vp.state or port.state
+    port.phys_state = vp.phys_state or port.phys_state
+    port.link_layer = vp.link_layer if vp.link_layer not in (None, "unspecified") else port.link_layer
+    if vp.rate is not None:
+        port.rate, port.rate_gbps = vp.rate, vp.rate_gbps
+    port.lid = vp.lid if vp.lid is not None else port.lid
+    port.sm_lid = vp.sm_lid if vp.sm_lid is not None else port.sm_lid
+    port.lmc = vp.lmc if vp.lmc is not None else port.lmc
+    port.cap_mask = vp.cap_mask or port.cap_mask
+    port.active_mtu, port.max_mtu = vp.active_mtu, vp.max_mtu
+    port.mtu_source = MTU_FROM_VERBS
+    port.netdev = vp.netdev or port.netdev
+    if vp.gids:
+        port.gids = [Gid(index=g.index, gid=g.gid, type=g.type, ndev=g.netdev,
+                         ipv4=g.ipv4 or decode_gid(g.gid), link_local=gid_is_link_local(g.gid))
+                     for g in vp.gids]
+
+
+def _port_from_verbs(vp: VerbsPort) -> Port:
+    port = Port(num=vp.port, state=None, phys_state=None, rate=None, rate_gbps=None,
+                link_layer=None, lid=None, sm_lid=None, lmc=None, cap_mask=None, active_mtu=None,
+                max_mtu=None, mtu_source="unknown", netdev=None)
+    _apply_verbs_port(port, vp)
+    return port
+
+
+def _sysfs_port(root: Path, ddir: Path, pnum: int, dev_netdevs: list[str]) -> Port:
+    pdir = ddir / "ports" / str(pnum)
+    gids = _read_gids(pdir)
+    rate = read_text(pdir / "rate")
+    return Port(
+        num=pnum,
+        state=_strip_enum(read_text(pdir / "state")),
+        phys_state=_strip_enum(read_text(pdir / "phys_state")),
+        rate=rate,
+        rate_gbps=parse_rate_gbps(rate),
+        link_layer=read_text(pdir / "link_layer"),
+        lid=read_int(pdir / "lid", 16),
+        sm_lid=read_int(pdir / "sm_lid", 16),
+        lmc=read_int(pdir / "lid_mask_count"),
+        cap_mask=read_text(pdir / "cap_mask"),
+        active_mtu=None,
+        max_mtu=None,
+        mtu_source="unknown",
+        netdev=_port_netdev(root, ddir, pnum, gids, dev_netdevs),
+        gids=gids,
+    )
+
+
+def _derive_roce_mtu(port: Port, by_name: dict[str, NetDev]) -> None:
+    nd = by_name.get(port.netdev or "")
+    if port.mtu_source != "unknown" or not port.is_ethernet or nd is None or nd.mtu is None:
+        return
+    port.active_mtu = roce_active_mtu_from_netdev(nd.mtu)
+    port.mtu_source = (f"derived from netdev {nd.name} MTU {nd.mtu} (iboe_get_mtu); "
+                       "max MTU needs verbs (fabscope-engine --inventory-json)")
+
+
+def discover(sysfs_root: Path | str | None = None, verbs: Verbs | None = None) -> Inventory:
     """Read the RDMA devices and netdevs under ``sysfs_root``.
 
-    ``ibv_devinfo_text`` is optional ``ibv_devinfo -v`` output; when given, the active and
-    maximum MTU of each port are taken from it (sysfs has no file for them).
+    ``verbs`` is the verbs part of the engine's inventory *of the same host*; when given, the
+    devices and ports it lists are described as libibverbs sees them (active and maximum MTU
+    included) and sysfs adds PCI/NUMA placement and the netdevs.
     """
     root = sysfs_root_from_env(sysfs_root)
     notes: list[str] = []
@@ -424,69 +467,56 @@ def discover(sysfs_root: Path | str | None = None, ibv_devinfo_text: str | None 
         notes.append(f"sysfs root {root} does not exist or is not a directory")
     netdevs = _discover_netdevs(root)
     by_name = {nd.name: nd for nd in netdevs}
-    devinfo = parse_ibv_devinfo(ibv_devinfo_text) if ibv_devinfo_text else {}
+    verbs_devs: dict[str, VerbsDevice] = {}
+    if verbs is not None and verbs.ok:
+        verbs_devs = {d.name: d for d in verbs.devices}
+    elif verbs is not None:
+        notes.append(f"verbs inventory {verbs.describe('libibverbs')}: port MTUs come from "
+                     "sysfs and the netdev MTU only")
 
     ib_dir = root / "class" / "infiniband"
     try:
         dev_names = sorted(os.listdir(ib_dir))
     except OSError:
         dev_names = []
+    dev_names += sorted(n for n in verbs_devs if n not in dev_names)
     devices: list[RdmaDevice] = []
     for dname in dev_names:
         ddir = ib_dir / dname
         dev_link = ddir / "device"
         pci = _pci_info(root, dev_link) if os.path.lexists(dev_link) else None
         dev_netdevs = _device_netdevs(ddir)
-        ports: list[Port] = []
+        vdev = verbs_devs.get(dname)
         try:
-            port_names = sorted((p for p in os.listdir(ddir / "ports") if p.isdigit()), key=int)
+            port_nums = sorted(int(p) for p in os.listdir(ddir / "ports") if p.isdigit())
         except OSError:
-            port_names = []
-        for pname in port_names:
-            pdir = ddir / "ports" / pname
-            pnum = int(pname)
-            gids = _read_gids(pdir)
-            rate = read_text(pdir / "rate")
-            netdev = _port_netdev(root, ddir, pnum, gids, dev_netdevs)
-            link_layer = read_text(pdir / "link_layer")
-            port = Port(
-                num=pnum,
-                state=_strip_enum(read_text(pdir / "state")),
-                phys_state=_strip_enum(read_text(pdir / "phys_state")),
-                rate=rate,
-                rate_gbps=parse_rate_gbps(rate),
-                link_layer=link_layer,
-                lid=read_int(pdir / "lid", 16),
-                sm_lid=read_int(pdir / "sm_lid", 16),
-                lmc=read_int(pdir / "lid_mask_count"),
-                cap_mask=read_text(pdir / "cap_mask"),
-                active_mtu=None,
-                max_mtu=None,
-                mtu_source="unknown",
-                netdev=netdev,
-                gids=gids,
-            )
-            info = devinfo.get((dname, pnum))
-            if info is not None and ("active_mtu" in info or "max_mtu" in info):
-                port.active_mtu = _devinfo_mtu(info.get("active_mtu"))
-                port.max_mtu = _devinfo_mtu(info.get("max_mtu"))
-                port.mtu_source = "ibv_devinfo -v (ibv_query_port)"
-            elif port.is_ethernet and netdev in by_name and by_name[netdev].mtu is not None:
-                nd_mtu = by_name[netdev].mtu
-                assert nd_mtu is not None
-                port.active_mtu = roce_active_mtu_from_netdev(nd_mtu)
-                port.mtu_source = (f"derived from netdev {netdev} MTU {nd_mtu} "
-                                   "(iboe_get_mtu); max MTU needs ibv_devinfo")
+            port_nums = []
+        if vdev is not None:
+            port_nums = sorted(set(port_nums) | {vp.port for vp in vdev.ports})
+            if vdev.error:
+                notes.append(f"{dname}: libibverbs: {vdev.error}")
+        ports: list[Port] = []
+        for pnum in port_nums:
+            vp = vdev.port(pnum) if vdev is not None else None
+            if ddir.is_dir():
+                port = _sysfs_port(root, ddir, pnum, dev_netdevs)
+                if vp is not None and vp.error is None:
+                    _apply_verbs_port(port, vp)
+            elif vp is not None:
+                port = _port_from_verbs(vp)
+            else:
+                continue
+            _derive_roce_mtu(port, by_name)
             ports.append(port)
         devices.append(RdmaDevice(
             name=dname,
-            node_type=read_text(ddir / "node_type"),
-            fw_ver=read_text(ddir / "fw_ver"),
-            node_guid=read_text(ddir / "node_guid"),
-            sys_image_guid=read_text(ddir / "sys_image_guid"),
+            node_type=read_text(ddir / "node_type") or (vdev.node_type if vdev else None),
+            fw_ver=read_text(ddir / "fw_ver") or (vdev.fw_ver if vdev else None),
+            node_guid=read_text(ddir / "node_guid") or (vdev.node_guid if vdev else None),
+            sys_image_guid=read_text(ddir / "sys_image_guid") or (vdev.sys_image_guid if vdev else None),
             hca_type=read_text(ddir / "hca_type"),
             board_id=read_text(ddir / "board_id"),
-            hw_rev=read_text(ddir / "hw_rev"),
+            hw_rev=read_text(ddir / "hw_rev") or (vdev.hw_ver if vdev else None),
             pci=pci,
             netdevs=dev_netdevs,
             ports=ports,
@@ -495,6 +525,22 @@ def discover(sysfs_root: Path | str | None = None, ibv_devinfo_text: str | None 
         notes.append(f"no RDMA devices: {ib_dir} is absent or empty "
                      "(no RDMA driver loaded, or no RDMA hardware)")
     return Inventory(sysfs_root=str(root), rdma_devices=devices, netdevs=netdevs, notes=notes)
+
+
+def discover_with_engine(sysfs_root: Path | str | None = None,
+                         env: dict[str, str] | None = None) -> Inventory:
+    """:func:`discover` with this host's engine inventory (or ``$FABSCOPE_INVENTORY``).
+
+    Its verbs part describes the ports only when it belongs to the sysfs tree read: the live
+    ``/sys``, or a saved inventory named by ``$FABSCOPE_INVENTORY`` next to a sysfs copy.
+    """
+    e = env if env is not None else dict(os.environ)
+    root = sysfs_root_from_env(sysfs_root)
+    engine_inv = from_env_or_query(e)
+    same_host = os.path.realpath(root) == "/sys" or bool(e.get("FABSCOPE_INVENTORY"))
+    inv = discover(root, engine_inv.verbs if same_host else None)
+    inv.libraries = engine_inv
+    return inv
 
 
 # --------------------------------------------------------------------------------------
@@ -575,6 +621,27 @@ def render_text(inv: Inventory) -> str:
                       nd.ipoib_mode or ""])
     out.append(table(["netdev", "kind", "state", "MTU", "speed", "driver", "PCI", "NUMA",
                       "IPoIB mode"], nrows) if nrows else "none found")
+    if inv.libraries is not None:
+        out.extend(_render_libraries(inv.libraries))
     for note in inv.notes:
         out.append(f"note: {note}")
     return "\n".join(out) + "\n"
+
+
+def _render_libraries(lib: EngineInventory) -> list[str]:
+    out = ["", "UCX" + (f" {lib.ucx.version}" if lib.ucx.version else "")]
+    if lib.ucx.ok:
+        rows = [[r.transport, r.device, r.device_type, r.memory_domain] for r in lib.ucx.resources]
+        out.append(table(["transport", "device", "type", "memory domain"], rows) if rows else "no resources")
+        out.append(f"--ucx-tls accepts: {', '.join(lib.ucx.tls_names)}")
+        out.append(f"--device (UCX) accepts: {', '.join(['all', *lib.ucx.net_devices])}")
+    else:
+        out.append(lib.ucx.describe("UCX"))
+    out += ["", "libfabric" + (f" {lib.ofi.version}" if lib.ofi.version else "")]
+    if lib.ofi.ok:
+        rows = [[p.name, ", ".join(p.endpoint_types), ", ".join(p.domains)] for p in lib.ofi.providers]
+        out.append(table(["provider", "endpoints", "domains"], rows) if rows else "no providers")
+        out.append(f"--provider accepts: {', '.join(lib.ofi.provider_names) or 'nothing'}")
+    else:
+        out.append(lib.ofi.describe("libfabric"))
+    return out

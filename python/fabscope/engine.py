@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import EXIT_MEASURE, FabscopeError
+from .errors import EXIT_MEASURE, EXIT_USAGE, FabscopeError
 
 ENGINE_NAME = "fabscope-engine"
 
@@ -76,3 +78,29 @@ def option_table() -> dict[str, Any]:
 def backends() -> dict[str, Any]:
     result: dict[str, Any] = option_table()["backends"]
     return result
+
+
+def validate_args(engine_args: Sequence[str], binary: Path | None = None) -> None:
+    """Asks the engine whether `engine_args` would start a run (`--validate-only`: the option
+    table's types and ranges, each option's backend scope, op/pattern/size combinations, device
+    names), without connecting or listening. A refusal is FabscopeError with the engine's message
+    (it names the option, the value and what is allowed) and its exit code: 2 for bad usage."""
+    cmd = [str(binary or engine_path()), "--validate-only", *engine_args]
+    try:
+        out = subprocess.run(cmd, capture_output=True, timeout=60, check=False, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise FabscopeError(f"{cmd[0]} --validate-only did not answer within 60 s", EXIT_MEASURE) from exc
+    except OSError as exc:
+        if exc.errno == errno.E2BIG:  # an argument longer than the kernel passes to a program
+            longest = max(engine_args, key=len, default="")
+            raise FabscopeError(f"{longest.split('=', 1)[0]}: a value of {len(longest)} characters is too long to "
+                                f"pass to the engine ({exc.strerror})", EXIT_USAGE) from exc
+        raise FabscopeError(f"cannot start {cmd[0]}: {exc.strerror}; `make setup` rebuilds and installs it",
+                            EXIT_MEASURE) from exc
+    if out.returncode == 0:
+        return
+    # The engine echoes what the user typed, which may be bytes that are not UTF-8.
+    lines = [ln for ln in out.stderr.decode("utf-8", "backslashreplace").splitlines() if ln.strip()]
+    own = [ln for ln in lines if ln.startswith("fabscope-engine")]  # not an MPI library's chatter
+    message = (own or lines or [f"exited with {out.returncode}"])[-1].removeprefix("fabscope-engine: ")
+    raise FabscopeError(message, out.returncode if out.returncode > 0 else EXIT_MEASURE)

@@ -14,11 +14,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from .auth import Key
+from .control import open_session
 from .engine import engine_path
 from .errors import EXIT_MEASURE, EXIT_PEER, FabscopeError
-from .mpirun import build_mpi_command, describe_launch, explain_launch_failure, strip_launcher_boxes
+from .mpirun import (
+    build_mpi_command,
+    describe_launch,
+    device_mapping,
+    explain_launch_failure,
+    placement_warnings,
+    strip_launcher_boxes,
+)
+from .results import RecordError, Result, parse_record
 
-Record = dict[str, Any]
+Record = dict[str, Any]  # a raw engine record, before parse_record
+OnResult = Callable[[Result], None]
 
 # Engine options that describe one host only; in loopback both ends are this host, so the server
 # gets them too (device, GID index, ...) except the ones that must differ per process.
@@ -27,7 +38,7 @@ _PER_PROCESS = {"cpu", "format", "bind", "peer", "listen", "control-fd", "sessio
 
 @dataclass
 class RunOutcome:
-    records: list[Record] = field(default_factory=list)
+    records: list[Result] = field(default_factory=list)
     error: str | None = None
     exit_code: int = 0
     server_stderr: str = ""
@@ -69,13 +80,17 @@ def _server_args(args: Sequence[str]) -> list[str]:
 def stream_client(
     cmd: Sequence[str],
     timeout_s: float,
-    on_record: Callable[[Record], None] | None,
+    on_record: OnResult | None,
     env: dict[str, str] | None = None,
+    amend: Callable[[Record], None] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> RunOutcome:
-    """Runs a client engine, collecting records as they arrive and the final error if any."""
+    """Runs a client engine, collecting typed results as they arrive and the final error if any.
+    ``amend`` adds what only the front end knows (the MPI launcher) to the raw record before it is
+    parsed; a record that fails validation ends the run with the field named (never a partial row)."""
     outcome = RunOutcome()
     with subprocess.Popen(
-        list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, pass_fds=list(pass_fds)
     ) as proc:
         assert proc.stdout is not None and proc.stderr is not None
         # The engine enforces --timeout on every wait; this outer guard only catches an engine
@@ -100,22 +115,33 @@ def stream_client(
                 outcome.error = str(obj.get("message"))
                 outcome.exit_code = int(obj.get("exit_code", EXIT_MEASURE))
             elif obj.get("schema", "").startswith("fabscope.result/"):
-                outcome.records.append(obj)
+                if amend:
+                    amend(obj)
+                try:
+                    result = parse_record(obj)
+                except RecordError as exc:
+                    if not outcome.error:
+                        outcome.error = f"the engine printed a result that is not valid: {exc}"
+                        outcome.exit_code = EXIT_MEASURE
+                    continue
+                outcome.records.append(result)
                 if on_record:
-                    on_record(obj)
+                    on_record(result)
         stderr = proc.stderr.read()
         rc = proc.wait()
         if rc != 0 and not outcome.error:
             outcome.error = stderr.strip().removeprefix("fabscope-engine: ") or f"engine exited with {rc}"
         if rc != 0:
             outcome.exit_code = rc if rc > 0 else EXIT_MEASURE
+        elif outcome.error and not outcome.exit_code:
+            outcome.exit_code = EXIT_MEASURE
     return outcome
 
 
 def run_loopback(
     engine_args: Sequence[str],
     timeout_s: float = 10.0,
-    on_record: Callable[[Record], None] | None = None,
+    on_record: OnResult | None = None,
     pin: bool = True,
     env: dict[str, str] | None = None,
 ) -> RunOutcome:
@@ -157,12 +183,20 @@ def run_peer(
     engine_args: Sequence[str],
     peer: str,
     timeout_s: float = 10.0,
-    on_record: Callable[[Record], None] | None = None,
+    on_record: OnResult | None = None,
     env: dict[str, str] | None = None,
+    key: Key | None = None,
 ) -> RunOutcome:
-    """The client engine against `fabscope serve` (or a listening engine) on another host."""
-    cmd = [str(engine_path()), "--peer", peer, "--timeout", str(timeout_s), *engine_args]
-    outcome = stream_client(cmd, timeout_s, on_record, env)
+    """The client engine against `fabscope serve` (or a listening engine) on another host. The
+    hello and authentication happen here (control.open_session, the one client-side owner of
+    them); the engine gets the authenticated socket (`--peer-fd N --session-open 1`).
+    FabscopeError: the session could not be opened (exit 3). The caller checks the options first
+    (engine.validate_args, as `fabscope run` does), so that a usage error never touches the network."""
+    args = ["--timeout", str(timeout_s), *engine_args]
+    with open_session(peer, "engine", key, timeout_s) as sock:
+        fd = sock.fileno()
+        cmd = [str(engine_path()), "--peer-fd", str(fd), "--session-open", "1", *args]
+        outcome = stream_client(cmd, timeout_s, on_record, env, pass_fds=[fd])
     if outcome.exit_code == 0 and not outcome.records:
         outcome.exit_code = EXIT_PEER
         outcome.error = outcome.error or f"no results came back from {peer}"
@@ -172,26 +206,31 @@ def run_peer(
 def run_mpi(
     engine_args: list[str],
     timeout_s: float = 10.0,
-    on_record: Callable[[Record], None] | None = None,
+    on_record: OnResult | None = None,
     mpi: str = "openmpi",
     launcher: str = "mpirun",
     mca: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
+    hosts: Sequence[str] | None = None,
 ) -> RunOutcome:
     """Both ranks of the MPI engine under `launcher`; rank 0 prints records like a client engine.
-    Each record gets transport.launcher (only the front end knows who started the ranks), and a
-    launcher-level failure is said plainly. ValueError / FileNotFoundError: nothing launched."""
-    cmd, full_env = build_mpi_command(engine_args, mpi=mpi, launcher=launcher, mca=mca, env=env)
-    launch = describe_launch(cmd, full_env)
+    `hosts` [H1, H2] puts rank 0 on H1 and rank 1 on H2 (mpirun.build_mpi_command); without it
+    both run on this host (one node under srun). Each record gets transport.launcher (only the
+    front end knows who started the ranks: mpirun.describe_launch, with the MCA parameters, the
+    request-relevant environment and the --device mapping), a warning when a rank ran on another
+    host than asked, and a launcher-level failure is said plainly. ValueError / FileNotFoundError
+    (exit 2) or mpirun.NodesUnavailable (exit 3): nothing launched."""
+    cmd, full_env = build_mpi_command(engine_args, mpi=mpi, launcher=launcher, mca=mca, env=env, hosts=hosts)
+    launch = describe_launch(cmd, full_env, device_mapping(mpi, engine_args, mca, env))
 
     def with_launcher(rec: Record) -> None:
         rec.setdefault("transport", {})["launcher"] = launch
-        if on_record:
-            on_record(rec)
+        rec.setdefault("warnings", []).extend(placement_warnings(rec, launch.get("hosts")))
 
-    outcome = stream_client(cmd, timeout_s, with_launcher, env=full_env)
+    started = time.monotonic()
+    outcome = stream_client(cmd, timeout_s, on_record, env=full_env, amend=with_launcher)
     if outcome.error and outcome.exit_code:
-        explained = explain_launch_failure(launch, outcome.exit_code, outcome.error)
+        explained = explain_launch_failure(launch, outcome.exit_code, outcome.error, time.monotonic() - started)
         if explained:
             outcome.error, outcome.exit_code = explained
         else:

@@ -1,31 +1,290 @@
-"""`fabscope serve`: accepts clients, one run at a time. A second client gets an immediate "busy"
-frame instead of a wait. Each run is an engine process handed the accepted socket."""
+"""`fabscope serve`: answers `fabscope run --peer` (and `doctor --peer`) from other hosts, one run
+at a time, on a network where not every client is honest.
+
+- Handshakes run concurrently, each in its own thread with its own short deadline (independent of
+  --timeout), so a silent, slow or garbage-sending connection never holds up an honest client;
+  connections are bounded per source address and in total.
+- Off loopback a shared key is required (auth.py: HMAC-SHA256 challenge-response); --allow limits
+  the source networks; serve_policy.py bounds what a client may ask (size, memory, time, rate).
+- Each run is an engine (or a doctor child) handed the accepted, authenticated socket; a second
+  run while one is in progress gets an immediate "busy".
+- One JSON log line per run and per refusal (stderr, or --log FILE).
+"""
 
 from __future__ import annotations
 
+import argparse
+import datetime
+import ipaddress
+import json
 import os
 import select
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from types import FrameType
+from typing import IO, Any
 
-from . import control
-from .engine import engine_path
+from . import argtypes, auth, control
+from .engine import backends, engine_path, validate_args
 from .errors import EXIT_PEER, EXIT_USAGE, FabscopeError
+from .serve_policy import (
+    Limits,
+    Network,
+    RateLimiter,
+    Refusal,
+    check_request,
+    format_bytes,
+    parse_config,
+    source_allowed,
+)
 
-HELLO_TIMEOUT_S = 10.0
+# Hello + authentication must finish within this, whatever --timeout says: it bounds how long a
+# silent or slow-loris connection holds one of the --max-connections slots.
+HANDSHAKE_TIMEOUT_S = 3.0
+# After "welcome" the client starts its engine, which sends the run's config: allow for a slow start.
+CONFIG_TIMEOUT_S = 10.0
+MAX_CONFIG_FRAME = 64 * 1024
+MAX_MESSAGE = 1000  # characters of a refusal (frame and log line)
+SERVICES = ["engine", "doctor"]
+# A run is stopped when it outlives its time budget (--max-duration) by more than this plus
+# 3 x --timeout: an engine that ignores its own deadlines must not hold the host forever.
+RUN_GRACE_S = 30.0
+# A client that arrives while the previous run's engine is still exiting waits this long before it
+# is told "busy" (back-to-back runs from a suite or a matrix must not trip over each other).
+BUSY_GRACE_S = 1.0
+# Refusal log lines per second before they are counted instead of written (a flood stays one line).
+REFUSAL_LOG_RATE = 20
+
+
+def add_arguments(srv: argparse.ArgumentParser) -> None:
+    """serve's options beyond --bind/--port/--device/--timeout (cli.py defines those)."""
+    sec = srv.add_argument_group("who may connect")
+    sec.add_argument("--key-file", metavar="FILE", default=None,
+                     help="shared key clients must prove they hold (HMAC-SHA256 challenge-response); required "
+                          f"unless --bind is loopback. Make one: `{auth.MAKE_KEY}`")
+    sec.add_argument("--insecure-no-auth", action="store_true",
+                     help="listen off loopback without a key: anyone who reaches the port can run measurements")
+    sec.add_argument("--allow", metavar="CIDR[,CIDR...]", type=argtypes.cidr_list, default=None,
+                     help="accept connections only from these networks (default: any)")
+    sec.add_argument("--max-connections", metavar="N", type=argtypes.int_range(1, 4096), default=Limits.max_connections,
+                     help=f"handshakes in progress at once (default {Limits.max_connections})")
+    sec.add_argument("--max-connections-per-source", metavar="N", type=argtypes.int_range(1, 4096),
+                     default=Limits.max_connections_per_source,
+                     help=f"handshakes in progress at once from one address (default {Limits.max_connections_per_source})")
+    lim = srv.add_argument_group("what a client may ask")
+    lim.add_argument("--max-size", metavar="SIZE", type=argtypes.byte_size(1, 1 << 40), default=Limits.max_size,
+                     help=f"largest message size (default {format_bytes(Limits.max_size)})")
+    lim.add_argument("--max-memory", metavar="SIZE", type=argtypes.byte_size(1 << 20, 1 << 50), default=Limits.max_memory,
+                     help="buffers and samples of one run: 2 x the largest size + 8 bytes per latency sample "
+                          f"(default {format_bytes(Limits.max_memory)})")
+    lim.add_argument("--max-duration", metavar="S", type=argtypes.finite_float(1, 7 * 86400, unit="s"),
+                     default=Limits.max_duration_s,
+                     help="seconds one run may take: sizes x (--duration + --warmup-time); a run that outlives "
+                          f"it by far is stopped (default {Limits.max_duration_s:g})")
+    lim.add_argument("--max-iters", metavar="N", type=argtypes.int_range(1, 10**9), default=Limits.max_iters,
+                     help=f"largest --iters / --warmup per size (default {Limits.max_iters})")
+    lim.add_argument("--max-runs-per-minute", metavar="N", type=argtypes.int_range(1, 10**6), default=Limits.max_runs_per_minute,
+                     help=f"runs per minute from one client address (default {Limits.max_runs_per_minute})")
+    srv.add_argument("--log", metavar="FILE", default=None,
+                     help="append the JSON log lines (one per run and per refusal) to FILE instead of stderr")
+
+
+# ---- start-time checks: everything that can be wrong is exit 2 before serve listens ----------
+
+
+def _is_loopback(bind: str) -> bool:
+    """A loopback address (127/8, ::1) or `localhost`; any other name counts as reachable from the
+    network (no DNS lookup decides whether a key is needed)."""
+    if bind == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bind.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def check_engine_args(engine_args: Sequence[str]) -> None:
+    """The engine options serve passes to every run, checked by the engine itself. --device names a
+    device of whichever backend a client asks for, so it is valid when any backend here knows it
+    (the tcp netdevs, an RDMA device, a UCX or libfabric device)."""
+    try:
+        validate_args(engine_args)
+        return
+    except FabscopeError as first:
+        device = next((a.split("=", 1)[1] for a in engine_args if a.startswith("--device=")), None)
+        if device is None or first.exit_code != EXIT_USAGE:
+            raise
+        from .devices import discover
+
+        rdma = [d.name for d in discover().rdma_devices]
+        if device in rdma:
+            return
+        for name in backends():
+            if name in ("tcp", "verbs"):
+                continue
+            try:
+                validate_args([*engine_args, f"--backend={name}"])
+                return
+            except FabscopeError:
+                continue
+        raise FabscopeError(
+            f"serve --device {argtypes.shown(device)}: no backend here knows that device. {first.message}; "
+            f"RDMA devices: {', '.join(rdma) or 'none'}",
+            EXIT_USAGE,
+        ) from first
+
+
+def check_auth(bind: str, port: int, key_file: str | None, insecure: bool) -> auth.Key | None:
+    if key_file and insecure:
+        raise FabscopeError("serve: --key-file and --insecure-no-auth contradict each other; give one", EXIT_USAGE)
+    if key_file:
+        return auth.load_key(key_file)
+    if not insecure and not _is_loopback(bind):
+        raise FabscopeError(
+            f"serve --bind {bind} would let anyone who reaches port {port} run measurements on this host. Give it "
+            f"a shared key: `{auth.MAKE_KEY.replace('KEYFILE', '/etc/fabscope/key')}`, copy the file to the client "
+            "hosts, and pass --key-file /etc/fabscope/key to serve and to `fabscope run --peer`. To listen without "
+            "a key anyway, say --insecure-no-auth",
+            EXIT_USAGE,
+        )
+    return None
+
+
+@dataclass
+class ServeConfig:
+    bind: str
+    port: int
+    engine_args: list[str]
+    key: auth.Key | None
+    allow: list[Network] | None
+    limits: Limits
+    timeout_s: float = 10.0
+    log_path: str | None = None
+    max_runs: int | None = None
+
+
+def _check_log_path(path: str) -> None:
+    """--log must be appendable; checked without creating it (a check has no side effects)."""
+    target = Path(path)
+    where = target if target.exists() else target.parent
+    if target.exists() and not target.is_file():
+        why = "not a regular file"
+    elif not where.is_dir() and not target.exists():
+        why = f"no directory {where}"
+    elif not os.access(where, os.W_OK):
+        why = "not writable by this user"
+    else:
+        return
+    raise FabscopeError(f"serve --log {argtypes.shown(path)}: {why}", EXIT_USAGE)
+
+
+def config_from_args(ns: argparse.Namespace, engine_args: list[str]) -> ServeConfig:
+    """serve's options, checked (exit 2 with the fix for anything wrong), before it listens."""
+    key = check_auth(ns.bind, ns.port, ns.key_file, ns.insecure_no_auth)
+    check_engine_args(engine_args)
+    if ns.log:
+        _check_log_path(ns.log)
+    timeout = next((float(a.split("=", 1)[1]) for a in engine_args if a.startswith("--timeout=")), 10.0)
+    limits = Limits(max_size=ns.max_size, max_memory=ns.max_memory, max_duration_s=ns.max_duration,
+                    max_iters=ns.max_iters, max_runs_per_minute=ns.max_runs_per_minute,
+                    max_connections=ns.max_connections, max_connections_per_source=ns.max_connections_per_source)
+    return ServeConfig(ns.bind, ns.port, engine_args, key, ns.allow, limits, timeout, ns.log, ns.max_runs)
+
+
+# ---- the log ------------------------------------------------------------------------------------
+
+
+class Log:
+    """JSON lines, one per event, safe to call from any thread; refusals are rate limited so a flood
+    of hostile connections costs a line a second, not a line each."""
+
+    def __init__(self, path: str | None) -> None:
+        self.stream: IO[str] = open(path, "a", encoding="utf-8") if path else sys.stderr
+        self.lock = threading.Lock()
+        self.window = 0.0
+        self.in_window = 0
+        self.suppressed = 0
+
+    def event(self, event: str, message: str, **fields: Any) -> None:
+        now = time.time()
+        with self.lock:
+            if event == "refused":
+                if now - self.window >= 1.0:
+                    self.window, self.in_window = now, 0
+                self.in_window += 1
+                if self.in_window > REFUSAL_LOG_RATE:
+                    self.suppressed += 1
+                    return
+            line: dict[str, Any] = {
+                "time": datetime.datetime.fromtimestamp(now, datetime.UTC).isoformat(timespec="milliseconds"),
+                "event": event, **fields, "message": message,
+            }
+            if self.suppressed:
+                line["refusals_not_logged"], self.suppressed = self.suppressed, 0
+            try:
+                self.stream.write(json.dumps(line, default=str) + "\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass  # a full disk or a closed stderr must not stop serve
+
+    def close(self) -> None:
+        if self.stream is not sys.stderr:
+            self.stream.close()
+
+
+# ---- the server ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    proc: subprocess.Popen[bytes]
+    client: str
+    key_id: str | None
+    service: str
+    options: dict[str, Any] | None
+    started: float
+    deadline: float
+    stderr: IO[bytes]
+    killed: bool = False
+
+
+@dataclass
+class Conn:
+    sock: socket.socket
+    host: str
+    port: int
+
+    @property
+    def desc(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass
+class Handshake:
+    service: str
+    key_id: str | None
+    welcome: dict[str, Any]
+    options: dict[str, Any] | None = None  # the run's config as the client sent it (for the log)
 
 
 def _listen(bind: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+    try:
+        infos = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        raise FabscopeError(f"cannot listen on {bind}:{port}: {exc.strerror} (see `ip -brief addr`)", EXIT_USAGE) from exc
+    family, _, _, _, addr = infos[0]
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((bind, port))
+        sock.bind(addr)
     except OSError as exc:
         sock.close()
         hint = (
@@ -34,67 +293,290 @@ def _listen(bind: str, port: int) -> socket.socket:
             else "no interface here has that address; see `ip -brief addr`"
         )
         raise FabscopeError(f"cannot listen on {bind}:{port}: {exc.strerror} ({hint})", EXIT_USAGE) from exc
-    sock.listen(8)
+    sock.listen(128)
+    sock.setblocking(False)
     return sock
 
 
+def _send_quietly(sock: socket.socket, msg: dict[str, Any]) -> None:
+    """A refusal frame, sent without ever blocking (a peer that does not read gets nothing), then
+    the connection is closed in order (FIN, not RST, so the frame is read)."""
+    try:
+        sock.setblocking(False)
+        sock.send(control.encode(msg))
+        sock.shutdown(socket.SHUT_WR)
+    except (OSError, ValueError):  # ValueError: a frame over the cap (messages are cut, so: a bug)
+        pass
+    sock.close()
+
+
+def _peek_frame(sock: socket.socket, deadline: float, desc: str) -> dict[str, Any]:
+    """The next frame, left in the socket (MSG_PEEK) for the engine that will read it."""
+    want = 4
+    poller = select.poll()  # not select(): connection fds may be above FD_SETSIZE
+    poller.register(sock, select.POLLIN)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise Refusal(f"{desc} sent no run configuration within {CONFIG_TIMEOUT_S:g} s", EXIT_PEER, "timeout")
+        if not poller.poll(left * 1000):
+            continue
+        data = sock.recv(want, socket.MSG_PEEK)
+        if not data:
+            raise Refusal(f"{desc} closed the connection before sending its run configuration", EXIT_PEER, "closed")
+        if len(data) >= 4:
+            length = int.from_bytes(data[:4], "big")
+            if length == 0 or length > MAX_CONFIG_FRAME:
+                raise Refusal(f"{desc} sent a configuration frame of {length} bytes (allowed 1 to {MAX_CONFIG_FRAME})",
+                              EXIT_PEER, "protocol")
+            want = 4 + length
+        if len(data) >= want:
+            try:
+                msg = json.loads(data[4:want])
+            except (ValueError, RecursionError) as exc:
+                raise Refusal(f"{desc} sent a configuration that is not JSON", EXIT_PEER, "protocol") from exc
+            if not isinstance(msg, dict):
+                raise Refusal(f"{desc} sent a configuration that is not an object", EXIT_PEER, "protocol")
+            return msg
+        time.sleep(0.005)  # part of the frame is here: select would report "readable" at once
+
+
+def _consume_frame(sock: socket.socket) -> None:
+    """Reads the (peeked) frame of a refused run: closing a socket with unread data sends RST, and
+    the client would see "connection reset" instead of the refusal."""
+    try:
+        sock.settimeout(1.0)
+        length = int.from_bytes(sock.recv(4), "big")
+        while length > 0:
+            chunk = sock.recv(min(length, 65536))
+            if not chunk:
+                break
+            length -= len(chunk)
+    except OSError:
+        pass
+
+
+def server_handshake(sock: socket.socket, desc: str, key: auth.Key | None, deadline: float) -> Handshake:
+    """Hello and authentication on the server side. Raises Refusal (said to the client, logged) or
+    FabscopeError/OSError (the connection failed: logged). Everything read is untrusted."""
+    server_nonce = auth.new_nonce() if key else None
+    control.send(sock, control.server_hello(SERVICES, server_nonce), max(deadline - time.monotonic(), 0.01))
+    hello = control.recv(sock, max(deadline - time.monotonic(), 0.0), f"client {desc}")
+    if hello["type"] != "hello":
+        raise Refusal(f"expected 'hello', got '{hello['type'][:40]}'", EXIT_PEER, "protocol")
+    control.check_proto(hello, f"client {desc}")
+    service = hello.get("service")
+    if service not in SERVICES:
+        raise Refusal(f"service {str(service)[:40]!r} is not offered here (offered: {', '.join(SERVICES)})",
+                      EXIT_PEER, "protocol")
+    assert isinstance(service, str)
+    client_nonce = hello.get("nonce")
+    if not auth.is_nonce(client_nonce):
+        raise Refusal(
+            "connect with the fabscope front end of the same version (`fabscope run --peer`, `fabscope doctor "
+            "--peer`): it authenticates and hands the connection to its engine",
+            EXIT_PEER, "protocol",
+        )
+    assert isinstance(client_nonce, str)
+    key_id = None
+    if key is not None:
+        assert server_nonce is not None
+        if not auth.verify(key, "client", service, server_nonce, client_nonce, hello.get("mac")):
+            claimed = hello.get("key_id")
+            shown = claimed[:16] if isinstance(claimed, str) else "none"
+            raise Refusal(f"authentication failed (client key id {shown!r})", EXIT_PEER, "auth")
+        key_id = key.key_id
+    welcome: dict[str, Any] = {"type": "welcome"}
+    if key is not None and server_nonce is not None:
+        welcome["mac"] = auth.mac(key, "server", service, server_nonce, client_nonce)
+    return Handshake(service, key_id, welcome)
+
+
 class Server:
-    def __init__(self, bind: str, port: int, engine_args: Sequence[str], max_runs: int | None = None) -> None:
-        self.sock = _listen(bind, port)
+    def __init__(self, cfg: ServeConfig, log: Log) -> None:
+        self.cfg = cfg
+        self.log = log
+        self.sock = _listen(cfg.bind, cfg.port)
         self.port = self.sock.getsockname()[1]
-        self.engine_args = list(engine_args)
-        self.max_runs = max_runs
+        self.lock = threading.Lock()
+        self.run: Run | None = None
+        self.finished: list[Run] = []  # ended runs that a handshake thread took off self.run
         self.runs = 0
-        self.child: subprocess.Popen[bytes] | None = None
+        self.pending: dict[str, int] = {}
+        self.pending_total = 0
+        self.rate = RateLimiter(cfg.limits.max_runs_per_minute)
         self.stopping = False
 
+    # -- accept (main thread): never blocks on a client -------------------------------------------
+
+    def _idle_locked(self) -> bool:
+        """No run, or one whose process has ended (it is logged by the main thread)."""
+        if self.run is not None and self.run.proc.poll() is not None:
+            self.finished.append(self.run)
+            self.run = None
+        return self.run is None
+
     def busy(self) -> bool:
-        if self.child is not None and self.child.poll() is not None:
-            self.child = None
-        return self.child is not None
+        with self.lock:
+            return not self._idle_locked()
 
-    def _refuse_busy(self, conn: socket.socket) -> None:
-        try:
-            control.send(
-                conn,
-                {"type": "busy", "message": "another run is in progress on this fabscope serve"},
-                2.0,
-            )
-        except OSError:
-            pass
-        conn.close()
+    def _wait_idle(self) -> None:
+        give_up = time.monotonic() + BUSY_GRACE_S
+        while self.busy():
+            if time.monotonic() >= give_up:
+                raise Refusal("another run is in progress on this fabscope serve", EXIT_PEER, "busy")
+            time.sleep(0.02)
 
-    def _handle(self, conn: socket.socket, addr: str) -> None:
+    def _refuse(self, conn: Conn, reason: str, message: str, code: int = EXIT_PEER, engine_reads: bool = False,
+                **fields: Any) -> None:
+        """Tells the client why (a frame) and logs it. `engine_reads`: the client's engine, not its
+        front end, reads this frame, and an engine knows only "error" frames."""
+        message = message[:MAX_MESSAGE]  # parts of it come from the client
+        kind = "busy" if reason == "busy" and not engine_reads else "error"
+        if reason == "busy" and engine_reads:
+            message = f"busy: {message}"
+        frame = {"type": kind, "code": code, "reason": reason, "message": message}
+        _send_quietly(conn.sock, frame)
+        self.log.event("refused", message, client=conn.desc, reason=reason, **fields)
+
+    def _accept_one(self) -> None:
         try:
-            control.send(conn, control.server_hello(["engine", "doctor"]), HELLO_TIMEOUT_S)
-            hello = control.recv(conn, HELLO_TIMEOUT_S, f"client {addr}")
-            if hello.get("type") != "hello":
-                raise FabscopeError(f"client {addr} did not say hello", EXIT_PEER)
-            control.check_proto(hello, f"client {addr}")
-            if hello.get("service") not in ("engine", "doctor"):
-                raise FabscopeError(f"service {hello.get('service')!r} is not offered here", EXIT_PEER)
-        except FabscopeError as exc:
-            print(f"fabscope serve: {exc.message}", file=sys.stderr)
-            try:
-                control.send(conn, {"type": "error", "code": exc.exit_code, "message": exc.message}, 2.0)
-            except OSError:
-                pass
-            conn.close()
+            sock, peer = self.sock.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
             return
+        except OSError as exc:  # EMFILE and friends: say so, breathe, keep serving
+            self.log.event("error", f"accept failed: {exc.strerror or exc}")
+            time.sleep(0.1)
+            return
+        conn = Conn(sock, str(peer[0]), int(peer[1]))
+        lim = self.cfg.limits
+        if not source_allowed(conn.host, self.cfg.allow):
+            self._refuse(conn, "allow", f"this fabscope serve does not accept connections from {conn.host} "
+                                        "(not in its --allow list); ask its operator to add your network")
+            return
+        with self.lock:
+            mine = self.pending.get(conn.host, 0)
+            full = ("--max-connections-per-source", lim.max_connections_per_source) \
+                if mine >= lim.max_connections_per_source else \
+                ("--max-connections", lim.max_connections) if self.pending_total >= lim.max_connections else None
+            if full is None:
+                self.pending[conn.host] = mine + 1
+                self.pending_total += 1
+        if full is not None:
+            self._refuse(conn, "connections", f"too many connections in handshake ({full[1]}, {full[0]} of this "
+                                              "serve); try again in a few seconds")
+            return
+        try:
+            threading.Thread(target=self._handshake, args=(conn,), daemon=True).start()
+        except RuntimeError as exc:  # cannot start a thread: refuse this one, keep serving
+            self._release(conn)
+            self._refuse(conn, "connections", f"serve is out of resources ({exc})")
+
+    def _release(self, conn: Conn) -> None:
+        with self.lock:
+            left = self.pending.get(conn.host, 1) - 1
+            if left > 0:
+                self.pending[conn.host] = left
+            else:
+                self.pending.pop(conn.host, None)
+            self.pending_total -= 1
+
+    # -- one handshake (its own thread) -------------------------------------------------------------
+
+    def _handshake(self, conn: Conn) -> None:
+        handed_over = False
+        hs: Handshake | None = None
+        peeked = False  # the client's config frame waits unread in the socket
+        try:
+            deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
+            hs = server_handshake(conn.sock, conn.desc, self.cfg.key, deadline)
+            self._wait_idle()
+            control.send(conn.sock, hs.welcome, max(deadline - time.monotonic(), 0.01))
+            if hs.service == "engine":
+                msg = _peek_frame(conn.sock, time.monotonic() + CONFIG_TIMEOUT_S, conn.desc)
+                peeked = True
+                hs.options = {k: msg.get(k) for k in ("core", "backend")}
+                check_request(parse_config(msg), self.cfg.limits)
+            self._start(conn, hs)
+            handed_over = True
+        except Refusal as exc:
+            if peeked:
+                _consume_frame(conn.sock)
+            extra = {"key_id": hs.key_id, "options": hs.options} if hs else {}
+            self._refuse(conn, exc.reason, exc.message, exc.exit_code, engine_reads=peeked, **extra)
+            handed_over = True  # _refuse closed it
+        except FabscopeError as exc:  # not a fabscope client, another version, silent, closed: say why
+            self._refuse(conn, "protocol", exc.message, exc.exit_code)
+            handed_over = True
         except OSError as exc:
-            print(f"fabscope serve: client {addr}: {exc}", file=sys.stderr)
-            conn.close()
-            return
-        fd = conn.fileno()
-        if hello.get("service") == "doctor":
-            # A child like an engine run: this host stays "busy" while its checks run.
-            cmd = [sys.executable, "-m", "fabscope.doctor.peer", str(fd)]
+            self.log.event("refused", f"client {conn.desc}: {exc.strerror or exc}", client=conn.desc,
+                           reason="connection")
+        except Exception as exc:  # a bug here must cost one connection, not the serve
+            self.log.event("error", f"internal error in a handshake: {type(exc).__name__}: {exc}", client=conn.desc)
+        finally:
+            self._release(conn)
+            if not handed_over:
+                conn.sock.close()
+
+    def _start(self, conn: Conn, hs: Handshake) -> None:
+        with self.lock:
+            if not self._idle_locked():
+                raise Refusal("another run is in progress on this fabscope serve", EXIT_PEER, "busy")
+            self.rate.admit(conn.host)
+            fd = conn.sock.fileno()
+            conn.sock.setblocking(True)
+            if hs.service == "doctor":
+                cmd = [sys.executable, "-m", "fabscope.doctor.peer", str(fd)]
+            else:
+                cmd = [str(engine_path()), "--control-fd", str(fd), "--session-open", "1", *self.cfg.engine_args]
+            err = tempfile.TemporaryFile()  # closed when the run is reaped
+            try:
+                proc = subprocess.Popen(cmd, pass_fds=[fd], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=err)
+            except OSError:
+                err.close()
+                raise
+            now = time.monotonic()
+            budget = self.cfg.limits.max_duration_s + RUN_GRACE_S + 3 * self.cfg.timeout_s
+            self.run = Run(proc, conn.desc, hs.key_id, hs.service, hs.options, now, now + budget, err)
+            self.runs += 1
+        self.log.event("start", f"run {self.runs} started", client=conn.desc, key_id=hs.key_id, service=hs.service,
+                       pid=proc.pid)
+        conn.sock.close()  # the child owns the connection now
+
+    # -- runs ---------------------------------------------------------------------------------------
+
+    def _reap(self) -> None:
+        """Logs ended runs; stops one that outlived its time budget (main thread only)."""
+        with self.lock:
+            self._idle_locked()
+            done, self.finished = self.finished, []
+            run = self.run
+        if run is not None and time.monotonic() >= run.deadline:
+            run.proc.kill()
+            run.killed = True
+            run.proc.wait()
+            with self.lock:
+                self._idle_locked()
+                done += self.finished
+                self.finished = []
+        for ended in done:
+            self._log_run(ended)
+
+    def _log_run(self, run: Run) -> None:
+        rc = run.proc.returncode
+        run.stderr.seek(0)
+        tail = run.stderr.read()[-4000:].decode("utf-8", "replace").strip().splitlines()
+        run.stderr.close()
+        detail = tail[-1].removeprefix("fabscope-engine: ") if tail else ""
+        if run.killed:
+            outcome, detail = "killed", (f"stopped after {time.monotonic() - run.started:.0f} s: over the time budget "
+                                         "(--max-duration) plus grace")
         else:
-            cmd = [str(engine_path()), "--control-fd", str(fd), "--session-open", "1", *self.engine_args]
-        self.child = subprocess.Popen(cmd, pass_fds=[fd], stdout=subprocess.DEVNULL)
-        conn.close()  # the engine owns the connection now
-        self.runs += 1
-        print(f"fabscope serve: run {self.runs} for {addr}", file=sys.stderr, flush=True)
+            outcome = "ok" if rc == 0 else "failed"
+        self.log.event("run", detail or outcome, client=run.client, key_id=run.key_id, service=run.service,
+                       options=run.options, outcome=outcome, exit_code=rc,
+                       duration_s=round(time.monotonic() - run.started, 3))
 
     def serve_forever(self) -> int:
         def stop(_sig: int, _frm: FrameType | None) -> None:
@@ -103,33 +585,54 @@ class Server:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
         while not self.stopping:
-            if self.max_runs is not None and self.runs >= self.max_runs and not self.busy():
-                break
-            ready, _, _ = select.select([self.sock], [], [], 0.2)
-            if not ready:
-                continue
-            conn, peer = self.sock.accept()
-            addr = f"{peer[0]}:{peer[1]}"
-            if self.busy():
-                self._refuse_busy(conn)
-            else:
-                self._handle(conn, addr)
-        if self.child is not None and self.child.poll() is None:
+            try:
+                self._reap()
+                if self.cfg.max_runs is not None and self.runs >= self.cfg.max_runs and not self.busy():
+                    break
+                ready, _, _ = select.select([self.sock], [], [], 0.1)
+                if ready:
+                    self._accept_one()
+            except Exception as exc:  # serve must outlive anything a client does
+                self.log.event("error", f"internal error: {type(exc).__name__}: {exc}")
+                time.sleep(0.1)
+        with self.lock:
+            run = self.run
+        if run is not None:
             deadline = time.monotonic() + 5
-            while self.child.poll() is None and time.monotonic() < deadline:
+            while run.proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if self.child.poll() is None:
-                self.child.kill()
+            if run.proc.poll() is None:
+                run.proc.kill()
+                run.proc.wait()
+        self._reap()
         self.sock.close()
         return 0
 
 
-def serve(bind: str, port: int, engine_args: Sequence[str], max_runs: int | None = None) -> int:
-    server = Server(bind, port, engine_args, max_runs)
-    print(
-        f"fabscope serve: listening on {bind}:{server.port} (pid {os.getpid()}); "
-        f"clients run `fabscope run --peer THIS_HOST:{server.port}`",
-        file=sys.stderr,
-        flush=True,
-    )
-    return server.serve_forever()
+def serve(cfg: ServeConfig) -> int:
+    log = Log(cfg.log_path)
+    try:
+        server = Server(cfg, log)
+        mode = f"clients authenticate with key {cfg.key.key_id}" if cfg.key else "no authentication"
+        if cfg.key is None and not _is_loopback(cfg.bind):
+            print(f"fabscope serve: WARNING: --insecure-no-auth: anyone who reaches {cfg.bind}:{server.port} can run "
+                  "measurements on this host", file=sys.stderr, flush=True)
+        print(
+            f"fabscope serve: listening on {cfg.bind}:{server.port} (pid {os.getpid()}; {mode}); "
+            f"clients run `fabscope run --peer THIS_HOST:{server.port}"
+            f"{' --key-file KEYFILE' if cfg.key else ''}`",
+            file=sys.stderr,
+            flush=True,
+        )
+        log.event("listening", f"listening on {cfg.bind}:{server.port}", bind=cfg.bind, port=server.port,
+                  auth=auth.SCHEME if cfg.key else "none", key_id=cfg.key.key_id if cfg.key else None,
+                  allow=[str(n) for n in cfg.allow] if cfg.allow else None, limits=asdict(cfg.limits))
+        return server.serve_forever()
+    finally:
+        log.close()
+
+
+def main(ns: argparse.Namespace, engine_args: list[str]) -> int:
+    """cli.py's `serve`: the config its check step built (or build it now), then serve."""
+    cfg = getattr(ns, "serve_config", None)
+    return serve(cfg if isinstance(cfg, ServeConfig) else config_from_args(ns, engine_args))

@@ -3,20 +3,21 @@ same methodology, in one comparison table, plus report files."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from . import path as pathmod
 from . import runner
 from .engine import backends
 from .errors import EXIT_MEASURE, EXIT_OK, EXIT_UNSUPPORTED
 from .mpirun import MPI_FLAVOURS, find_mpi_engine
-from .report.render import render_csv, render_md
-from .report.table import carried_by
+from .report.markdown import markdown_table
+from .report.render import render_csv, render_json, render_md
+from .report.table import Column, Table
+from .results import Result
+from .suite_hosts import only_backends, verbs_on_this_host
 
 LAT_SIZES = "8,4K"
 BW_SIZES = "64K,1M"
@@ -35,14 +36,14 @@ class Case:
         return f"{self.backend} {self.op} {self.pattern}" + (f" ({extra})" if extra else "")
 
 
-def cases() -> list[Case]:
+def cases(rdma_devices: Sequence[str] = ()) -> list[Case]:
     out: list[Case] = []
     for name, be in backends().items():
-        if name == "verbs":
-            continue  # needs an RDMA device; `fabscope testbed softroce run` covers it
-        for op in be["ops"]:
-            for pattern in be["patterns"]:
-                out.append(Case(name, op, pattern))
+        # verbs needs an RDMA port that is up: one set of rows per such device (suite_hosts finds them)
+        for extra in ([(f"--device={d}",) for d in rdma_devices] if name == "verbs" else [()]):
+            for op in be["ops"]:
+                for pattern in be["patterns"]:
+                    out.append(Case(name, op, pattern, extra))
     # MPI as its users see it: point-to-point under mpirun, for each MPI whose engine was built.
     for mpi in MPI_FLAVOURS:
         try:
@@ -61,38 +62,44 @@ def _args(case: Case, quick: bool) -> list[str]:
             f"--sizes={sizes}", f"--iters={iters}", "--warmup=50", *case.extra]
 
 
-def _row(case: Case, rec: dict[str, Any]) -> list[str]:
-    size = str(rec.get("size"))
-    path = (rec.get("path") or {}).get("verdict", "-")
-    if rec.get("pattern") == "lat":
-        lat = rec.get("latency_us") or {}
-        figure = f"p50 {lat.get('p50', 0):.2f} us, p99 {lat.get('p99', 0):.2f} us"
+def _row(case: Case, rec: Result) -> list[str]:
+    if rec.latency is not None:
+        figure = f"p50 {rec.latency.p50:.2f} us, p99 {rec.latency.p99:.2f} us"
     else:
-        gbps = rec.get("bandwidth_gbps")
-        figure = f"{gbps:.2f} Gb/s, {rec.get('msg_rate_mpps', 0):.3f} Mpps" if gbps is not None else "n/a"
-    return [case.label, size, figure, carried_by(rec), str(path)]
+        bw = rec.bandwidth
+        figure = (f"{bw.gbps:.2f} Gb/s, {bw.msg_rate_mpps or 0:.3f} Mpps"
+                  if bw is not None and bw.gbps is not None else "n/a")
+    return [case.label, str(rec.size), figure, rec.transport.carried_by, rec.path.verdict]
 
 
-def run_suite(out_dir: str, quick: bool = False) -> int:
+def run_suite(out_dir: str, quick: bool = False, keep: Callable[[Result], None] | None = None,
+              backends: Sequence[str] | None = None) -> int:
+    """Every case on this host (or those of `backends`); ``keep`` gets each result as it arrives
+    (the history store)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[list[str]] = []
-    records: list[dict[str, Any]] = []
+    records: list[Result] = []
     failures = 0
     started = time.monotonic()
-    for case in cases():
+    rdma_devices, verbs_note = verbs_on_this_host()
+    plan = cases(rdma_devices)
+    only_backends([c.backend for c in plan], backends, [verbs_note] if verbs_note else [])
+    plan = [c for c in plan if backends is None or c.backend in backends]
+    for case in plan:
         print(f"fabscope suite: {case.label} ...", file=sys.stderr, flush=True)
-        got: list[dict[str, Any]] = []
+        got: list[Result] = []
 
-        def keep(rec: dict[str, Any], sink: list[dict[str, Any]] = got) -> None:
-            rec["path"] = pathmod.verdict(rec)
+        def collect(rec: Result, sink: list[Result] = got) -> None:  # path verdict attached by the runner
             sink.append(rec)
+            if keep:
+                keep(rec)
 
         if case.backend == "mpi":
             mpi = case.extra[0].split("=", 1)[1]
-            outcome = runner.run_mpi(_args(case, quick)[:-1], 10.0, keep, mpi=mpi)
+            outcome = runner.run_mpi(_args(case, quick)[:-1], 10.0, collect, mpi=mpi)
         else:
-            outcome = runner.run_loopback(_args(case, quick), 10.0, keep)
+            outcome = runner.run_loopback(_args(case, quick), 10.0, collect)
         records += got
         rows += [_row(case, r) for r in got]
         if outcome.exit_code == EXIT_UNSUPPORTED:
@@ -108,8 +115,12 @@ def run_suite(out_dir: str, quick: bool = False) -> int:
     print(f"# fabscope loopback suite: {len(records)} results in {time.monotonic() - started:.0f} s; "
           "latency = half round trip; bandwidth at the receiver")
     print(table)
-    (out / "loopback.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if verbs_note:
+        print(f"# {verbs_note}")
+    (out / "loopback.jsonl").write_text(render_json(records))
     (out / "loopback.csv").write_text(render_csv(records))
-    (out / "loopback.md").write_text("# fabscope loopback suite\n\n```\n" + table + "\n```\n\n" + render_md(records))
+    md_table = markdown_table(Table([Column(h, h) for h in headers], rows))
+    note = f"{verbs_note}\n\n" if verbs_note else ""
+    (out / "loopback.md").write_text("# fabscope loopback suite\n\n" + note + md_table + "\n" + render_md(records))
     print(f"\nreport: {out}/loopback.md, loopback.csv, loopback.jsonl")
     return EXIT_MEASURE if failures else EXIT_OK

@@ -22,8 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 
-from fabscope import path as fpath  # noqa: E402  (needs the sys.path line above)
-from fabscope.testbed import netns  # noqa: E402
+from fabscope.testbed import netns, sysfs_counters  # noqa: E402  (needs the sys.path line above)
 
 IPERF_PORT = 5201
 PINGPONG_PORT = 18515
@@ -252,4 +251,4 @@ def snapshots(*namespaces: str) -> dict[str, dict[str, Any]]:
 def side(
     ns: str, before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]
 ) -> dict[str, Any]:
-    return fpath.side_counters(ns, before[ns], after[ns])
+    return sysfs_counters.side_counters(ns, before[ns], after[ns])

@@ -326,7 +326,7 @@ def _sleepers() -> list[str]:
             try:
                 if (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0] == "Z":
                     continue
-                argv = (entry / "cmdline").read_bytes().decode().split("\0")
+                argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
             except OSError:
                 continue
             if Path(argv[0]).name == "sleep" and argv[1:2] == [HELD]:  # slurmstepd execs /usr/bin/sleep

@@ -24,6 +24,22 @@ def test_suite_runs_every_built_backend_and_writes_the_report(tmp_path: Path) ->
             for pattern in be["patterns"]:
                 assert (name, op, pattern) in seen, (name, op, pattern)
     assert {"lat", "bw", "bibw"} <= {r["pattern"] for r in records if r["backend"] == "mpi"}
-    assert (tmp_path / "loopback.md").read_text().startswith("# fabscope loopback suite")
+    md = (tmp_path / "loopback.md").read_text()
+    assert md.startswith("# fabscope loopback suite")
+    assert "```" not in md and "| backend op pattern | bytes | result | carried by | path |" in md  # real tables
     assert (tmp_path / "loopback.csv").read_text().startswith("backend,op,pattern,size")
     assert "carried by" in out.stdout and "ucx " in out.stdout and "mpi pml ob1" in out.stdout
+
+
+def test_suite_backends_picks_rows_and_refuses_a_backend_with_none(tmp_path: Path) -> None:
+    out = fabscope("suite", "--quick", "--no-store", "--backends", "tcp", "--out", str(tmp_path), timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "loopback.jsonl").read_text().splitlines()]
+    assert records and {r["backend"] for r in records} == {"tcp"}
+    # No RDMA device on this host: asking for verbs rows is an error that says why, not a shorter table.
+    refused = fabscope("suite", "--quick", "--no-store", "--backends", "tcp,verbs", "--out", str(tmp_path / "v"),
+                       timeout=120)
+    assert refused.returncode == 2, refused.stderr
+    assert "no verbs row can run here" in refused.stderr and "no RDMA device" in refused.stderr
+    bad = fabscope("suite", "--backends", "tcp,tpc", "--out", str(tmp_path / "b"), timeout=60)
+    assert bad.returncode == 2 and "--backends" in bad.stderr and "'tpc'" in bad.stderr

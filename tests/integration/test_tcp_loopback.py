@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import fabscope, json_lines
-from fabscope.results import problems
+from fabscope.results import parse_record
 
 
 def test_sanity_lat_bw_bibw_json() -> None:
@@ -18,7 +18,7 @@ def test_sanity_lat_bw_bibw_json() -> None:
         assert [r["size"] for r in records] == [int(s.replace("K", "")) * (1024 if "K" in s else 1)
                                                  if "M" not in s else 1 << 20 for s in sizes.split(",")]
         for rec in records:
-            assert problems(rec) == []
+            parse_record(rec)  # raises RecordError naming the field if the record is not valid
             assert rec["backend"] == "tcp" and rec["pattern"] == pattern
             assert rec["iterations"] == 300 and rec["warmup"] == 20
             assert rec["config"]["iters"] == 300 and rec["config"]["pattern"] == pattern

@@ -2,7 +2,9 @@
 """Guest-side verbs suite: runs inside ONE Soft-RoCE guest boot (boots are slow under TCG).
 
 Usage (in the guest): python3 verbs_suite.py OUTDIR [SECTION...]
-Sections: functional, errors, bench, wire-client (two-guest mode, client side).
+Sections: functional, errors, bench, wire-client (two-guest mode, client side), bench-server
+(two-guest mode, server side: starts the server half of each bench case when the client guest
+asks; with it running, the client's bench section runs every server in the other guest).
 
 Every case appends one JSON line to OUTDIR/<section>.jsonl; the host-side pytest module
 (tests/softroce/test_verbs.py) asserts on them after the guest powered off. Nothing here
@@ -17,8 +19,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import select
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -44,8 +48,9 @@ def parse_lines(text: str) -> list[dict]:
     return out
 
 
-def start_server(args: list[str], prefix: list[str] | None = None) -> tuple[subprocess.Popen, int]:
-    argv = (prefix or []) + [ENGINE, "--listen", "127.0.0.1:0", "--backend", "verbs",
+def start_server(args: list[str], prefix: list[str] | None = None,
+                 listen: str = "127.0.0.1:0") -> tuple[subprocess.Popen, int]:
+    argv = (prefix or []) + [ENGINE, "--listen", listen, "--backend", "verbs",
                              "--timeout", TIMEOUT] + args
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -67,34 +72,48 @@ def start_server(args: list[str], prefix: list[str] | None = None) -> tuple[subp
 
 def engine_case(section: str, name: str, args: list[str], server_args: list[str] | None = None,
                 expect_rc: int = 0, prefix: list[str] | None = None,
-                server_prefix: list[str] | None = None, out=None, tag: dict | None = None) -> dict:
+                server_prefix: list[str] | None = None, out=None, tag: dict | None = None,
+                remote: bool = False) -> dict:
     """One client/server engine pair; returns and records the outcome."""
     t0 = time.monotonic()
     rec: dict = {"section": section, "case": name, "args": args, "server_args": server_args or [],
                  "expect_rc": expect_rc}
     if tag:
         rec.update(tag)
-    try:
-        srv, port = start_server(server_args or [], server_prefix)
-    except RuntimeError as e:
-        rec.update(rc=None, error=str(e))
-        out.write(json.dumps(rec) + "\n")
-        out.flush()
-        return rec
-    argv = (prefix or []) + [ENGINE, "--peer", f"127.0.0.1:{port}", "--backend", "verbs",
-                             "--timeout", TIMEOUT] + args
+    srv = None
+    if remote:
+        started = bench_ctl({"cmd": "start", "kind": "fabscope", "timeout": SERVER_READY_S,
+                             "argv": server_args or []})
+        if not started.get("ok"):
+            rec.update(rc=None, error=f"server guest: {started.get('error')}")
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            return rec
+        host, port = "peer", int(started["port"])
+    else:
+        try:
+            srv, port = start_server(server_args or [], server_prefix)
+        except RuntimeError as e:
+            rec.update(rc=None, error=str(e))
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            return rec
+        host = "127.0.0.1"
+    argv = (prefix or []) + [ENGINE, "--peer", f"{host}:{port}", "--backend", "verbs",
+                             "--timeout", TIMEOUT] + (["--device", DEV] if remote else []) + args
     try:
         c = subprocess.run(argv, capture_output=True, text=True, timeout=300)
         rc, so, se = c.returncode, c.stdout, c.stderr
     except subprocess.TimeoutExpired as e:
         partial = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         rc, so, se = None, partial, "client timed out after 300 s"
-    try:
-        _, srv_err = srv.communicate(timeout=40)
-    except subprocess.TimeoutExpired:
-        srv.kill()
-        _, srv_err = srv.communicate()
-    rec.update(rc=rc, records=parse_lines(so), stderr=se[-3000:], server_rc=srv.returncode,
+    if srv is None:
+        done = bench_ctl({"cmd": "wait", "timeout": 40})
+        srv_rc, srv_err, cost = done.get("rc"), done.get("output", ""), done.get("cost")
+    else:
+        _, srv_err, cost = reap(srv)
+        srv_rc = srv.returncode
+    rec.update(rc=rc, records=parse_lines(so), stderr=se[-3000:], server_rc=srv_rc, server_cost=cost,
                server_stderr=srv_err[-2000:], elapsed_s=round(time.monotonic() - t0, 2),
                argv=shlex.join(argv))
     out.write(json.dumps(rec) + "\n")
@@ -147,6 +166,14 @@ def functional_cases() -> list[dict]:
         case("functional", "rc-send-bibw", ["--op", "send", "--pattern", "bibw"] + IT_BW),
         case("functional", "rc-write-bibw", ["--op", "write", "--pattern", "bibw"] + IT_BW),
         case("functional", "rc-write-bw-qps4", ["--op", "write", "--pattern", "bw", "--qps", "4"] + IT_BW),
+        # beyond perftest: per-interval bandwidth with its lowest interval (--report-min, perftest
+        # PR #214) and per-interval figures in duration mode (perftest #234), on a one-sided op
+        # (timed at the initiator) and a two-sided one (at the receiver), the latter over 3 QPs
+        case("functional", "rc-read-bw-duration-intervals",
+             ["--op", "read", "--pattern", "bw", "--duration", "1.5", "--interval", "0.25", "--warmup", "20"]),
+        case("functional", "rc-send-bw-qps3-intervals",
+             ["--op", "send", "--pattern", "bw", "--qps", "3", "--sizes", "4096", "--iters", "3000",
+              "--interval", "0.1", "--warmup", "30"]),
         case("functional", "uc-send-bw-qps2", ["--qp-type", "uc", "--op", "send", "--pattern", "bw",
                                                "--qps", "2", "--sizes", "4096"] + IT_BW),
         case("functional", "rc-write-bw-cqmod16",
@@ -199,9 +226,10 @@ def error_cases() -> list[dict]:
 
 
 def run_cases(cases: list[dict], out) -> None:
-    only = [x for x in os.environ.get("FS_CASES", "").split(",") if x]  # debugging: a subset
+    # debugging: a subset; NAME matches as a substring, =NAME exactly
+    only = [x for x in os.environ.get("FS_CASES", "").split(",") if x]
     for c in cases:
-        if only and not any(o in c["name"] for o in only):
+        if only and not any(c["name"] == o[1:] if o.startswith("=") else o in c["name"] for o in only):
             continue
         tag = {k: v for k, v in c.items() if k not in ("section", "name", "args", "expect_rc", "prefix")}
         engine_case(c["section"], c["name"], c["args"], expect_rc=c["expect_rc"], prefix=c.get("prefix"),
@@ -268,27 +296,86 @@ def parse_perftest(text: str, lat: bool) -> dict:
     return res
 
 
-def perftest_run(tool: str, args: list[str], lat: bool) -> dict:
+# perftest's server prints this before it waits (TCP accept, or rdma_cm listen with -R)
+PERFTEST_WAITING = "Waiting for client"
+SERVER_READY_S = 60
+
+
+def start_perftest_server(argv: list[str]) -> subprocess.Popen:
+    """A perftest server, returned once it accepts a client: its TCP port listens, or with -R
+    (rdma_cm, no TCP socket) it printed that it waits for the rdma_cm client."""
+    cm = "-R" in argv
+    srv = subprocess.Popen((["stdbuf", "-oL"] if cm else []) + argv, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    t0 = time.monotonic()
+    seen: list[str] = []
+    while time.monotonic() < t0 + SERVER_READY_S and srv.poll() is None:
+        if cm:
+            # no TCP socket to look for: its "waiting" line, else (output still buffered) 15 s
+            r, _, _ = select.select([srv.stdout], [], [], 0.5)
+            if r:
+                line = srv.stdout.readline()
+                seen.append(line)
+                if PERFTEST_WAITING in line:
+                    time.sleep(2)  # rdma_listen follows the message
+                    break
+            elif time.monotonic() > t0 + 15:
+                break
+        elif port_listening(PERFTEST_PORT):
+            break
+        else:
+            time.sleep(0.2)
+    srv.early_output = "".join(seen)  # type: ignore[attr-defined]
+    return srv
+
+
+def reap(srv: subprocess.Popen, timeout: float = 40) -> tuple[str, str, dict]:
+    """Waits for a server; returns its stdout, stderr and what it cost: CPU seconds and context
+    switches (voluntary = it slept), the children's rusage across its reaping (every other child
+    was reaped before)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        so, se = srv.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+        so, se = srv.communicate()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cost = {"utime_s": round(after.ru_utime - before.ru_utime, 3), "stime_s": round(after.ru_stime - before.ru_stime, 3),
+            "nvcsw": after.ru_nvcsw - before.ru_nvcsw, "nivcsw": after.ru_nivcsw - before.ru_nivcsw}
+    return so or "", se or "", cost
+
+
+def finish_server(srv: subprocess.Popen, timeout: float = 40) -> tuple[int | None, str, dict]:
+    so, se, cost = reap(srv, timeout)
+    return srv.returncode, getattr(srv, "early_output", "") + so + se, cost
+
+
+def perftest_run(tool: str, args: list[str], lat: bool, remote: bool = False) -> dict:
+    """One perftest pair: the server here (single guest) or in the server guest (remote)."""
     common = ["-d", DEV, "-x", str(gid_index()), "-p", str(PERFTEST_PORT)] + args
     t0 = time.monotonic()
-    srv = subprocess.Popen([tool] + common, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 60
-    while not port_listening(PERFTEST_PORT):
-        if srv.poll() is not None or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    if remote:
+        started = bench_ctl({"cmd": "start", "kind": "perftest", "timeout": SERVER_READY_S,
+                             "argv": [tool, "-d", DEV, "-x", "{gid}", "-p", str(PERFTEST_PORT)] + args})
+        if not started.get("ok"):
+            return {"rc": None, "raw": f"server guest: {started.get('error')}", "elapsed_s": 0}
+        srv = None
+    else:
+        srv = start_perftest_server([tool] + common)
     try:
-        c = subprocess.run([tool] + common + ["127.0.0.1"], capture_output=True, text=True, timeout=300)
+        c = subprocess.run([tool] + common + ["peer" if remote else "127.0.0.1"], capture_output=True, text=True,
+                           timeout=300)
         text, rc = c.stdout + c.stderr, c.returncode
     except subprocess.TimeoutExpired:
         text, rc = "client timed out", None
-    try:
-        srv_text = srv.communicate(timeout=40)[0]
-    except subprocess.TimeoutExpired:
-        srv.kill()
-        srv_text = srv.communicate()[0]
+    if remote:
+        done = bench_ctl({"cmd": "wait", "timeout": 40})
+        srv_text, cost = done.get("output", ""), done.get("cost")
+    else:
+        _, srv_text, cost = finish_server(srv)
     res = parse_perftest(text, lat)
-    res.update(rc=rc, elapsed_s=round(time.monotonic() - t0, 2), raw=text[-2500:], server_raw=srv_text[-800:])
+    res.update(rc=rc, elapsed_s=round(time.monotonic() - t0, 2), raw=text[-2500:], server_raw=srv_text[-800:],
+               server_cost=cost)
     return res
 
 
@@ -312,6 +399,24 @@ BENCH_EVENT = [
     ("send_lat_event", "ib_send_lat", [*LAT_P, "-e"], ["--op", "send", "--sizes", "8"], True),
     ("send_bw_event", "ib_send_bw", [*BW_P, "-e"], ["--op", "send", *BW_F], False),
 ]
+# What else perftest has: UC/UD services, atomic latency, and rdma_cm connections (-R against
+# fabscope --cm). UD messages are one packet: at most the MTU (1024 on the guests' eth0).
+UD_BW_P = ["-s", "1024", "-n", "{bw_n}"]
+BENCH_MORE = [
+    ("atomic_lat", "ib_atomic_lat", ["-n", "{lat_n}"], ["--op", "fadd", "--sizes", "8"], True),
+    ("uc_send_lat", "ib_send_lat", ["-c", "UC", *LAT_P], ["--qp-type", "uc", "--op", "send", "--sizes", "8"], True),
+    ("uc_write_lat", "ib_write_lat", ["-c", "UC", *LAT_P], ["--qp-type", "uc", "--op", "write", "--sizes", "8"],
+     True),
+    ("ud_send_lat", "ib_send_lat", ["-c", "UD", *LAT_P], ["--qp-type", "ud", "--op", "send", "--sizes", "8"], True),
+    ("uc_send_bw", "ib_send_bw", ["-c", "UC", *BW_P], ["--qp-type", "uc", "--op", "send", *BW_F], False),
+    ("uc_write_bw", "ib_write_bw", ["-c", "UC", *BW_P], ["--qp-type", "uc", "--op", "write", *BW_F], False),
+    ("ud_send_bw", "ib_send_bw", ["-c", "UD", *UD_BW_P],
+     ["--qp-type", "ud", "--op", "send", "--pattern", "bw", "--sizes", "1024"], False),
+    ("cm_send_lat", "ib_send_lat", ["-R", *LAT_P], ["--cm", "--op", "send", "--sizes", "8"], True),
+    ("cm_write_lat", "ib_write_lat", ["-R", *LAT_P], ["--cm", "--op", "write", "--sizes", "8"], True),
+    ("cm_read_lat", "ib_read_lat", ["-R", *LAT_P], ["--cm", "--op", "read", "--sizes", "8"], True),
+]
+ALL_BENCH = BENCH + BENCH_EVENT + BENCH_MORE
 
 
 def fabscope_args(name: str, fargs: list[str], lat: bool, n: int, settings: dict) -> list[str]:
@@ -322,11 +427,21 @@ def fabscope_args(name: str, fargs: list[str], lat: bool, n: int, settings: dict
         extra += ["--tx-depth", str(depth), "--cq-mod", str(min(settings.get("cq_mod", 1), depth))]
     if "read" not in name and "atomic" not in name:
         extra += ["--inline", str(settings.get("inline", 0))]
+    if "--qp-type" in fargs and "ud" in fargs and not lat:
+        extra[extra.index("--cq-mod") + 1] = "1"  # fabscope closes unsignaled runs with a write: UD has none
     return fargs + extra
 
 
-def bench(out, repeats: int = 3, lat_n: int = 1000, bw_n: int = 2000, only: list[str] | None = None) -> None:
-    for name, tool, pargs, fargs, lat in BENCH + BENCH_EVENT:
+def bench(out, repeats: int = 3, lat_n: int = 1000, bw_n: int = 2000, only: list[str] | None = None,
+          remote: bool = False, more: bool = False) -> None:
+    """perftest and fabscope alternated, `repeats` times per case. remote: every server runs in
+    the server guest (bench-server section there), so each busy poller has a vCPU of its own."""
+    cases = ALL_BENCH if more else BENCH + BENCH_EVENT
+    if remote:
+        info = bench_ctl({"cmd": "info"})
+        out.write(json.dumps({"section": "bench-info", "server": info, "client": guest_info()}) + "\n")
+        out.flush()
+    for name, tool, pargs, fargs, lat in cases:
         if only and name not in only:
             continue
         n = lat_n if lat else bw_n
@@ -338,7 +453,7 @@ def bench(out, repeats: int = 3, lat_n: int = 1000, bw_n: int = 2000, only: list
             order = ("perftest", "fabscope") if rep % 2 == 0 else ("fabscope", "perftest")
             for who in order:
                 if who == "perftest":
-                    pres = perftest_run(tool, pargs, lat)
+                    pres = perftest_run(tool, pargs, lat, remote=remote)
                     if not settings and pres.get("rc") == 0:
                         settings = pres
                     out.write(json.dumps({"section": "bench", "bench": name, "tool": "perftest", "rep": rep,
@@ -348,7 +463,124 @@ def bench(out, repeats: int = 3, lat_n: int = 1000, bw_n: int = 2000, only: list
                         f"{pres.get('t_typical', pres.get('msg_rate_mpps'))} rc={pres['rc']}")
                 else:
                     engine_case("bench-fabscope", f"{name}-{rep}", fabscope_args(name, fargs, lat, n, settings),
-                                out=out, tag={"section": "bench", "bench": name, "tool": "fabscope", "rep": rep})
+                                out=out, tag={"section": "bench", "bench": name, "tool": "fabscope", "rep": rep},
+                                remote=remote)
+    if remote:
+        bench_ctl({"cmd": "quit"})
+
+
+# ---- bench in two guests: the server guest serves, the client guest drives ----------------------
+
+BENCH_CTL_PORT = 18600
+
+
+def guest_info() -> dict:
+    def read(path: str) -> str:
+        try:
+            return open(path).read().strip()
+        except OSError as e:
+            return f"? ({e})"
+    return {"nproc": os.cpu_count(), "loadavg": read("/proc/loadavg"),
+            "clocksource": read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+            "kernel": os.uname().release}
+
+
+def bench_ctl(req: dict, deadline_s: float = 120.0) -> dict:
+    """One request to the server guest's bench_server: a JSON line each way. Retries the
+    connection while the server guest may still be starting; every read has a deadline."""
+    end = time.monotonic() + deadline_s
+    while True:
+        try:
+            s = socket.create_connection(("peer", BENCH_CTL_PORT), timeout=5)
+            break
+        except OSError as e:
+            if time.monotonic() > end:
+                return {"ok": False, "error": f"cannot reach the server guest's bench_server: {e}"}
+            time.sleep(1)
+    # connected: the request goes once (a retry would start a second server)
+    try:
+        with s:
+            s.settimeout(float(req.get("timeout", SERVER_READY_S)) + 60)
+            s.sendall((json.dumps(req) + "\n").encode())
+            buf = b""
+            while not buf.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+            return json.loads(buf.decode() or "{}")
+    except (OSError, ValueError) as e:
+        return {"ok": False, "error": f"no answer from the server guest's bench_server to {req.get('cmd')}: {e}"}
+
+
+def bench_server(out) -> None:
+    """Server guest: start the server half of each bench case on request (perftest or the fabscope
+    engine), report its port once it accepts a client, and hand back its output when it ends.
+    Exits on "quit", or after 15 minutes without a request (the client guest died)."""
+    lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind(("0.0.0.0", BENCH_CTL_PORT))
+    lsock.listen(4)
+    lsock.settimeout(900)
+    proc: subprocess.Popen | None = None
+    log(f"bench-server listening on {BENCH_CTL_PORT}")
+    while True:
+        try:
+            conn, _ = lsock.accept()
+        except TimeoutError:
+            log("bench-server: no request for 15 minutes; stopping")
+            break
+        with conn:
+            conn.settimeout(30)
+            buf = b""
+            try:
+                while not buf.endswith(b"\n"):
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    buf += chunk
+                req = json.loads(buf.decode())
+            except (OSError, ValueError):
+                continue
+            cmd = req.get("cmd")
+            reply: dict = {"ok": True}
+            if cmd == "info":
+                reply.update(guest_info())
+            elif cmd == "start":
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                argv = [a.replace("{gid}", str(gid_index())) for a in req.get("argv", [])]
+                try:
+                    if req.get("kind") == "perftest":
+                        proc = start_perftest_server(argv)
+                        if proc.poll() is not None:
+                            reply = {"ok": False, "error": f"{shlex.join(argv)} exited with {proc.returncode}: "
+                                                           f"{finish_server(proc)[1][-500:]}"}
+                    else:
+                        proc, port = start_server(argv + ["--device", DEV], listen="0.0.0.0:0")
+                        reply["port"] = port
+                except (OSError, RuntimeError) as e:
+                    reply = {"ok": False, "error": str(e)}
+            elif cmd == "wait":
+                if proc is None:
+                    reply = {"ok": False, "error": "nothing was started"}
+                else:
+                    rc, text, cost = finish_server(proc, float(req.get("timeout", 40)))
+                    reply.update(rc=rc, output=text[-3000:], cost=cost)
+                    proc = None
+            elif cmd == "quit":
+                conn.sendall((json.dumps(reply) + "\n").encode())
+                break
+            else:
+                reply = {"ok": False, "error": f"unknown request {cmd!r}"}
+            try:
+                conn.sendall((json.dumps(reply) + "\n").encode())
+            except OSError as e:
+                log(f"bench-server: could not answer {cmd}: {e}")
+            out.write(json.dumps({"section": "bench-server", "request": req, "reply": reply}) + "\n")
+            out.flush()
+    lsock.close()
 
 
 # ---- wire (two guests, client side) ---------------------------------------------------------
@@ -406,7 +638,11 @@ def main() -> int:
                 bench(out, repeats=int(os.environ.get("FS_BENCH_REPEATS", "3")),
                       lat_n=int(os.environ.get("FS_BENCH_LAT_N", "1000")),
                       bw_n=int(os.environ.get("FS_BENCH_BW_N", "2000")),
-                      only=env_only.split(",") if env_only else None)
+                      only=env_only.split(",") if env_only else None,
+                      remote=os.environ.get("FS_BENCH_REMOTE") == "1",
+                      more=os.environ.get("FS_BENCH_MORE") == "1")
+            elif s == "bench-server":
+                bench_server(out)
             elif s == "wire-client":
                 wire_client(out)
             else:

@@ -1,5 +1,6 @@
-"""fabscope.devices against copies of real sysfs layouts (tests/fixtures/sysfs/*/NOTE.md)
-and against this machine's live /sys."""
+"""fabscope.devices against copies of real sysfs layouts (tests/fixtures/sysfs/*/NOTE.md), with
+the engine inventory of the same host where there is one (tests/fixtures/inventory/README.md),
+and against this machine's live /sys and engine."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 
 from fabscope import devices as d
 from fabscope.doctor.cli_entry import main_devices
+from fabscope.inventory import Verbs, load
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
+INV = Path(__file__).resolve().parents[1] / "fixtures" / "inventory"
 
 
 def fixture(name: str) -> Path:
@@ -20,8 +23,8 @@ def fixture(name: str) -> Path:
     return path
 
 
-def devinfo(name: str) -> str:
-    return (fixture(name) / "ibv_devinfo.txt").read_text()
+def verbs(name: str) -> Verbs:
+    return load(INV / f"{name}.json").verbs
 
 
 def test_every_fixture_has_a_note_naming_its_source() -> None:
@@ -117,20 +120,45 @@ def test_ib_no_sm_pci_numa_pcie_and_ipoib_netdev() -> None:
     assert ib1 is not None and ib1.kind == "ipoib" and ib1.ipoib_mode is None
 
 
-def test_mtu_from_ibv_devinfo_output() -> None:
-    inv = d.discover(fixture("mlx5-roce-azure"), devinfo("mlx5-roce-azure"))
+def test_mtu_from_the_engine_inventory() -> None:
+    inv = d.discover(fixture("mlx5-roce-azure"), verbs("mlx5-roce-azure"))
     (_, port), = inv.ports()
     assert (port.active_mtu, port.max_mtu) == (1024, 4096)
-    assert port.mtu_source.startswith("ibv_devinfo")
-    # Without the tool output the MTUs are unknown (not in sysfs), never guessed.
+    assert port.mtu_source == d.MTU_FROM_VERBS
+    # Without the inventory the MTUs are unknown (not in sysfs), never guessed.
     (_, bare), = d.discover(fixture("mlx5-roce-azure")).ports()
-    assert bare.active_mtu is None and bare.max_mtu is None
+    assert bare.active_mtu is None and bare.max_mtu is None and bare.mtu_source == "unknown"
 
 
-def test_parse_ibv_devinfo_device_without_port_section() -> None:
-    assert d.parse_ibv_devinfo(devinfo("qedr-roce")) == {}
-    parsed = d.parse_ibv_devinfo(devinfo("mlx5-roce-h100"))
-    assert parsed[("mlx5_2", 1)]["active_mtu"] == "4096 (5)"
+def test_inventory_without_port_values_keeps_them_unknown() -> None:
+    inv = d.discover(fixture("qedr-roce"), verbs("qedr-roce"))
+    (dev, port), = inv.ports()
+    assert dev.fw_ver == "8.37.7.0"
+    assert port.state is None and port.active_mtu is None and port.gids == []
+
+
+def test_captured_guest_sysfs_and_inventory_agree() -> None:
+    root = fixture("rxe-qemu") / "sys"
+    from_sysfs = d.discover(root)
+    both = d.discover(root, verbs("rxe-qemu"))
+    (_, sp), = from_sysfs.ports()
+    (_, bp), = both.ports()
+    # Same port seen by the kernel's files and by libibverbs.
+    assert (sp.state, sp.phys_state, sp.link_layer, sp.rate) == (bp.state, bp.phys_state,
+                                                                  bp.link_layer, bp.rate)
+    assert [(g.index, g.gid, g.ndev) for g in sp.gids] == [(g.index, g.gid, g.ndev) for g in bp.gids]
+    assert [g.type for g in bp.gids] == ["RoCE v2", "RoCE v2"]
+    # Only verbs knows the maximum MTU; sysfs alone derives the active one from eth0's 1500.
+    assert (bp.active_mtu, bp.max_mtu) == (1024, 4096) and bp.mtu_source == d.MTU_FROM_VERBS
+    assert (sp.active_mtu, sp.max_mtu) == (1024, None) and sp.mtu_source.startswith("derived")
+    assert bp.netdev == "eth0" and both.rdma_devices[0].pci is None  # virtual device
+
+
+def test_verbs_error_is_a_note_not_silence() -> None:
+    inv = d.discover(fixture("mlx5-roce-azure"), Verbs("error", "fabscope-engine: not found"))
+    assert any("not found" in n for n in inv.notes)
+    (_, port), = inv.ports()
+    assert port.active_mtu is None
 
 
 def test_qedr_port_with_no_attributes_is_all_unknown() -> None:
@@ -180,3 +208,15 @@ def test_main_devices_live_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert main_devices([]) == 0
     out = capsys.readouterr().out
     assert "Network interfaces" in out
+    # UCX's and libfabric's resources come from this host's engine, with what the options accept.
+    assert "--ucx-tls accepts: all," in out and "--provider accepts:" in out
+
+
+def test_main_devices_with_a_saved_inventory(capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FABSCOPE_INVENTORY", str(INV / "rxe-qemu.json"))
+    assert main_devices(["--json", "--sysfs-root", str(fixture("rxe-qemu") / "sys")]) == 0
+    data = json.loads(capsys.readouterr().out)
+    port = data["rdma_devices"][0]["ports"][0]
+    assert (port["active_mtu"], port["max_mtu"]) == (1024, 4096)
+    assert "rxe0:1" in data["ucx"]["net_devices"] and "verbs" in data["libfabric"]["provider_names"]

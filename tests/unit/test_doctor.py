@@ -3,8 +3,10 @@
 Fixtures are copies of real layouts (tests/fixtures/sysfs/*/NOTE.md).  Where no published
 listing covers a branch (a netdev speed next to a port rate, a cpufreq governor, an IPoIB
 mode) the test copies a real fixture into tmp_path and adds the one file it needs; those
-tests say so in their names ("_synthetic").  ucx_info, fi_info and ompi_info are the real
-tools; only firewall dumps and an Open MPI 5.x ompi_info, which cannot run here, are fake
+tests say so in their names ("_synthetic").  Each sysfs fixture goes with the engine
+inventory of the same host (tests/fixtures/inventory/README.md) for its verbs part; UCX and
+libfabric are this machine's real ones (its engine's --inventory-json), and ompi_info is the
+real tool; only firewall dumps and an Open MPI 5.x ompi_info, which cannot run here, are fake
 commands.
 """
 
@@ -16,6 +18,7 @@ import shutil
 import stat
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,8 +35,10 @@ from fabscope.doctor import (
 )
 from fabscope.doctor.cli_entry import main_doctor
 from fabscope.doctor.core import check, run_checks
+from fabscope.inventory import EngineInventory, load, query
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"
+INV = Path(__file__).resolve().parents[1] / "fixtures" / "inventory"
 PYDIR = Path(__file__).resolve().parents[2] / "python"
 
 
@@ -41,14 +46,33 @@ def fx(name: str) -> Path:
     return FIX / name
 
 
+_LIVE: list[EngineInventory] = []
+
+
+def live_inventory() -> EngineInventory:
+    """This machine's engine inventory, asked once for the whole file."""
+    if not _LIVE:
+        _LIVE.append(query())
+    return _LIVE[0]
+
+
+def fixture_inventory(root: Path) -> EngineInventory | None:
+    """The verbs part of the fixture's own inventory with this host's UCX and libfabric."""
+    name = root.parent.name if root.name == "sys" else root.name
+    path = INV / f"{name}.json"
+    if not path.exists():
+        return None
+    live = live_inventory()
+    return replace(load(path), ucx=live.ucx, ofi=live.ofi)
+
+
 def ctx(sysfs: Path | str = "/sys", env: dict[str, str] | None = None, **kw: object) -> Context:
-    devinfo = None
     root = Path(sysfs)
-    if (root / "ibv_devinfo.txt").exists():
-        devinfo = (root / "ibv_devinfo.txt").read_text()
     base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     base_env.update(env or {})
-    return Context(sysfs_root=root, env=base_env, ibv_devinfo_text=devinfo, **kw)  # type: ignore[arg-type]
+    inv = live_inventory() if str(sysfs) == "/sys" else fixture_inventory(root)
+    return Context(sysfs_root=root, env=base_env, engine_inventory_override=inv,
+                   **kw)  # type: ignore[arg-type]
 
 
 def run(c: Context, name: str) -> list[Finding]:
@@ -114,19 +138,57 @@ def test_link_layer_expected_and_unexpected() -> None:
 
 
 def test_active_mtu_below_max_warns_and_full_mtu_ok() -> None:
+    # MTUs from the published ibv_devinfo listings (inventory fixtures); no netdev in either.
     out = run(ctx(fx("mlx5-roce-azure")), "ports.mtu")
     assert out[0].severity == "warn" and "1024 below max 4096" in out[0].title
-    assert "mtu 9000" in out[0].fix
+    assert "ibv_query_port" in out[0].evidence and "mtu" in out[0].fix
     assert sev(run(ctx(fx("mlx5-roce-h100")), "ports.mtu"), "ports.mtu") == {"ok"}
 
 
+def test_roce_mtu_limited_by_the_netdev_says_fix_the_netdev() -> None:
+    # The captured guest: rxe0 on eth0 with MTU 1500 -> active 1024 of max 4096.
+    (f,) = run(ctx(fx("rxe-qemu") / "sys"), "ports.mtu")
+    assert f.severity == "warn" and "netdev eth0 MTU 1500 limits RoCE to 1024" in f.title
+    assert "`ip link set dev eth0 mtu 9000`" in f.fix and "rdma link" not in f.fix
+    assert "active_mtu 1024, max_mtu 4096" in f.evidence
+
+
+def test_roce_mtu_below_what_the_netdev_allows_says_fix_the_rdma_side_synthetic(tmp_path: Path) -> None:
+    # The same guest with its netdev raised to 9000 while rxe0 still reports 1024.
+    root = copy_fixture("rxe-qemu", tmp_path) / "sys"
+    write(root / "class/net/eth0/mtu", "9000\n")
+    (f,) = run(ctx(root), "ports.mtu")
+    assert f.severity == "warn" and "below the 4096 its netdev eth0 (MTU 9000) allows" in f.title
+    assert "rdma link add rxe0 type rxe netdev eth0" in f.fix and "mtu 9000" in f.fix
+    # ... and once the RDMA side follows, all is well.
+    data = json.loads((INV / "rxe-qemu.json").read_text())
+    data["verbs"]["devices"][0]["ports"][0]["active_mtu"] = 4096
+    followed = EngineInventory.from_dict(data, source="test")
+    (ok,) = run(Context(sysfs_root=root, env={}, engine_inventory_override=followed), "ports.mtu")
+    assert ok.severity == "ok" and "4096" in ok.title
+
+
+def test_roce_mtu_mismatch_between_hosts_names_the_smaller_host(tmp_path: Path) -> None:
+    small = collect_host_facts(ctx(fx("rxe-qemu") / "sys"))
+    big = dict(small, hostname="peer", port_active_mtus={"rxe0/1": 4096},
+               netdev_mtus={**small["netdev_mtus"], "eth0": 9000})
+    assert small["port_active_mtus"] == {"rxe0/1": 1024}
+    out = {f.id: f for f in compare_hosts(small, big)}
+    f = out["crosshost.rdma_mtu"]
+    assert f.severity == "warn" and "1024" in f.title and "4096 on peer" in f.title
+    assert f.fix.startswith(f"on {small['hostname']}, the host with the smaller MTU")
+    assert "ip link set dev <netdev> mtu 9000" in f.fix
+
+
 def test_roce_mtu_derived_from_netdev_synthetic(tmp_path: Path) -> None:
-    # mlx5-roce-gids names its netdev (ens1f0) but not its MTU; add the netdev.
+    # mlx5-roce-gids names its netdev (ens1f0) but not its MTU, and has no verbs listing: the
+    # active MTU is derived from the netdev MTU (labelled so).
     root = copy_fixture("mlx5-roce-gids", tmp_path)
     write(root / "class/net/ens1f0/mtu", "1500\n")
     write(root / "class/net/ens1f0/type", "1\n")
     out = run(ctx(root), "ports.mtu")
-    assert out[0].severity == "warn" and "netdev MTU 1500" in out[0].title
+    assert out[0].severity == "warn" and "ens1f0 MTU 1500 limits RoCE to 1024" in out[0].title
+    assert "derived from netdev ens1f0" in out[0].evidence
     write(root / "class/net/ens1f0/mtu", "9000\n")
     out = run(ctx(root), "ports.mtu")
     assert out[0].severity == "ok" and "4096" in out[0].title
@@ -455,29 +517,31 @@ def test_firewall_nft_port_range_drop_error(tmp_path: Path) -> None:
     assert [(f.id, f.severity) for f in out] == [("firewall.tcp18515", "error")]
 
 
-# ---------------------------------------------------------------- ucx (real ucx_info)
-
-needs_ucx = pytest.mark.skipif(shutil.which("ucx_info") is None, reason="ucx_info not installed")
+# ---------------------------------------------------------------- ucx (this host's real UCX)
 
 
-@needs_ucx
+def _needs_ucx() -> None:
+    if not live_inventory().ucx.ok:
+        pytest.skip(f"engine without UCX: {live_inventory().ucx.describe('UCX')}")
+
+
 def test_ucx_invalid_net_device_is_error() -> None:
+    _needs_ucx()
     out = run(ctx(env={"UCX_NET_DEVICES": "mlx5_9:1"}), "ucx")
     (f,) = [x for x in out if x.id == "ucx.net_devices"]
     assert f.severity == "error" and "mlx5_9:1" in f.title
     assert "lo" in f.fix  # the real device list is offered
 
 
-@needs_ucx
 def test_ucx_valid_net_device_ok() -> None:
-    res = subprocess.run(["ucx_info", "-d"], capture_output=True, text=True, check=True)
-    dev = "lo" if "Device: lo" in res.stdout else "memory"
+    _needs_ucx()
+    dev = live_inventory().ucx.net_devices[0]
     (f,) = [x for x in run(ctx(env={"UCX_NET_DEVICES": dev}), "ucx") if x.id == "ucx.net_devices"]
     assert f.severity == "ok"
 
 
-@needs_ucx
 def test_ucx_tls_unknown_absent_and_ok() -> None:
+    _needs_ucx()
     out = {f.id: f.severity for f in run(ctx(env={"UCX_TLS": "tcp,tpc"}), "ucx")}
     assert out["ucx.tls"] == "error"
     if not Path("/sys/class/infiniband").exists():
@@ -540,25 +604,36 @@ def test_openmpi_5x_openib_requested_error_fake_ompi_info(tmp_path: Path) -> Non
     assert out["openmpi.openib"].severity == "error" and "removed in 5.0" in out["openmpi.openib"].title
 
 
-# ---------------------------------------------------------------- ofi (real fi_info)
-
-needs_fi = pytest.mark.skipif(shutil.which("fi_info") is None, reason="fi_info not installed")
+# ---------------------------------------------------------------- ofi (this host's real libfabric)
 
 
-@needs_fi
+def _needs_ofi() -> None:
+    if not live_inventory().ofi.ok:
+        pytest.skip(f"engine without libfabric: {live_inventory().ofi.describe('libfabric')}")
+
+
 def test_ofi_providers_listed_and_bad_fi_provider() -> None:
+    _needs_ofi()
     out = {f.id: f for f in run(ctx(env={"FI_PROVIDER": "tcp"}), "ofi")}
     assert out["ofi.provider"].severity == "ok" and "tcp" in out["ofi.providers"].title
     bad = {f.id: f for f in run(ctx(env={"FI_PROVIDER": "verbz"}), "ofi")}
     assert bad["ofi.provider"].severity == "error" and "verbz" in bad["ofi.provider"].title
 
 
-@needs_fi
 def test_ofi_no_verbs_with_rdma_device_warns() -> None:
-    res = subprocess.run(["fi_info", "-l"], capture_output=True, text=True, check=True)
-    if "verbs:" not in res.stdout:
+    _needs_ofi()
+    if "verbs" not in live_inventory().ofi.provider_names:
         out = {f.id: f.severity for f in run(ctx(fx("mlx5-roce-ndr")), "ofi")}
         assert out["ofi.verbs"] == "warn"
+
+
+def test_ofi_a_provider_fi_info_lists_but_provider_refuses_is_not_offered() -> None:
+    # `fi_info -l` names utility providers (ofi_rxm) that --provider refuses on their own; the
+    # doctor's list is the engine's, so FI_PROVIDER=ofi_rxm is reported, not waved through.
+    _needs_ofi()
+    assert "ofi_rxm" not in live_inventory().ofi.provider_names
+    out = {f.id: f for f in run(ctx(env={"FI_PROVIDER": "ofi_rxm"}), "ofi")}
+    assert out["ofi.provider"].severity == "error" and "ofi_rxm" in out["ofi.provider"].title
 
 
 # ---------------------------------------------------------------- cross-host
@@ -569,8 +644,10 @@ def test_collect_host_facts_real_and_json() -> None:
     json.dumps(facts)
     assert facts["schema"] == "fabscope.hostfacts/1"
     assert facts["kernel"] == os.uname().release
-    if shutil.which("ucx_info"):
+    if live_inventory().ucx.ok:
         assert facts["ucx"] and facts["ucx"][0].isdigit()
+    if live_inventory().ofi.ok:
+        assert facts["libfabric"] and facts["libfabric"][0].isdigit()
     if shutil.which("ompi_info"):
         assert facts["openmpi"] and facts["openmpi"][0].isdigit()
     assert "lo" not in facts["netdev_mtus"]
@@ -616,7 +693,8 @@ def test_main_doctor_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main_doctor(["--bogus"]) == 2  # usage
     assert main_doctor(["--peer", "127.0.0.1:1"]) == 3  # nothing serves there
     err = capsys.readouterr().err
-    assert "unrecognized arguments: --bogus" in err and "fabscope serve" in err and "Traceback" not in err
+    assert "unrecognized arguments: " in err and "--bogus" in err  # (quoted or not)
+    assert "fabscope serve" in err and "Traceback" not in err
 
 
 def test_text_renderer_has_table_and_fixes() -> None:

@@ -22,14 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
 import netns_helpers as h
 
-from fabscope.path import (
-    counter_deltas,
-    expected_payload_bytes,
-    render_path_text,
-    snapshot_net,
-    verdict,
-)
+from fabscope.results.deltas import counter_deltas
+from fabscope.results.pathtext import render_path_text
+from fabscope.results.verdict import expected_payload_bytes, verdict
 from fabscope.testbed.netns import FABRIC, MGMT, NS_A, NS_B, snapshot_ns
+from fabscope.testbed.sysfs_counters import snapshot_net
 
 BLOCK = 128 * 1024  # message size of the bw runs
 COUNT = 96  # 12.6 MB per bw run, client -> server

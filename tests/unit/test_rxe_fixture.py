@@ -42,7 +42,7 @@ def _side(root: Path) -> dict[str, object]:
 def test_a_real_rxe_write_is_verified_by_port_packets_and_netdev_bytes() -> None:
     """The capture brackets `ib_write_bw -n 500 -s 65536` (32,768,000 payload bytes) with
     counter copies: rxe counts the packets, eth0 behind it the bytes."""
-    from fabscope.path import verdict
+    from fabscope.results.verdict import verdict
 
     before, after = _side(RXE.parent / "counters-before" / "sys"), _side(RXE)
     local = {

@@ -437,16 +437,20 @@ static void describe_mpich(cJSON *o, cJSON *noeff)
     add_cvar(cv, "MPIR_CVAR_CH4_SHM_POSIX_EAGER");
     /* Ranks on one node talk through ch4's shared-memory module unless NOLOCAL is set: this
      * is inferred from locality and the cvar, MPICH exposes no per-peer selection. */
-    char host0[MPI_MAX_PROCESSOR_NAME] = "", host1[MPI_MAX_PROCESSOR_NAME] = "";
+    char host0[MPI_MAX_PROCESSOR_NAME] = "";
     int hl = 0;
     MPI_Get_processor_name(host0, &hl);
-    snprintf(host1, sizeof host1, "%s", host0);
+    /* The peer's processor name, from the engine's main (the ranks exchanged them). */
+    const char *host1 = getenv("FABSCOPE_MPI_PEER_HOST");
+    int same_node = !host1 || strcmp(host0, host1) == 0;
     char nolocal[16] = "0";
     cvar_string("MPIR_CVAR_NOLOCAL", nolocal, sizeof nolocal);
-    int intranode_shm = strcmp(nolocal, "0") == 0 || strcmp(nolocal, "false") == 0;
+    int intranode_shm = same_node && (strcmp(nolocal, "0") == 0 || strcmp(nolocal, "false") == 0);
+    cJSON_AddStringToObject(sel, "peer_processor", host1 ? host1 : "");
     cJSON_AddStringToObject(sel, "intranode",
-                            intranode_shm ? "shm (ch4 shmmod; inferred: same node, NOLOCAL off)"
-                                          : "netmod (MPIR_CVAR_NOLOCAL set)");
+                            !same_node ? "no: the peer is on another node, the netmod carries it"
+                            : intranode_shm ? "shm (ch4 shmmod; inferred: same node, NOLOCAL off)"
+                                            : "netmod (MPIR_CVAR_NOLOCAL set)");
     cJSON_AddStringToObject(o, "selection_source",
                             "MPI_Get_library_version (device) and MPI_T cvars; intranode path "
                             "inferred");

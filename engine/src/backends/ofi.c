@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "../core/backend.h"
+#include "../core/inventory.h"
 
 /* libfabric is opened when this backend is first used, not linked into the engine: Debian's
  * libfabric links its PSM provider's libinfinipath, whose load-time constructor spends 0.1-0.2 s
@@ -274,7 +275,8 @@ static int check_names(const struct ofi_opts *o, const char *domain, struct fs_e
     if (!prov_found)
         return fs_fail(err, FS_EXIT_USAGE,
                        "--provider %s: libfabric has no such provider on this host; providers "
-                       "here: %s (`fi_info -l` lists them)",
+                       "here: %s (`fabscope devices` lists them; `fi_info -l` also names utility "
+                       "providers such as ofi_rxm that only run layered under one of these)",
                        o->provider, provs);
     if (!dom_found)
         return fs_fail(err, FS_EXIT_USAGE,
@@ -1074,3 +1076,107 @@ const struct fs_backend_ops fs_backend_ofi = {
     .describe = ofi_describe,
     .teardown = ofi_teardown,
 };
+
+/* ---- inventory (--inventory-json) ----------------------------------------------------------- */
+
+static void add_unique_str(cJSON *arr, const char *s)
+{
+    const cJSON *x;
+    cJSON_ArrayForEach(x, arr) if (strcmp(x->valuestring, s) == 0) return;
+    cJSON_AddItemToArray(arr, cJSON_CreateString(s));
+}
+
+static cJSON *provider_entry(cJSON *provs, const char *name)
+{
+    cJSON *p;
+    cJSON_ArrayForEach(p, provs)
+    {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(p, "name");
+        if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0)
+            return p;
+    }
+    p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "name", name);
+    cJSON_AddArrayToObject(p, "fabrics");
+    cJSON_AddArrayToObject(p, "domains");
+    cJSON_AddArrayToObject(p, "endpoint_types");
+    cJSON_AddItemToArray(provs, p);
+    return p;
+}
+
+/* The same fi_getinfo listing --provider and --domain are checked against (check_names), so
+ * "provider_names" is exactly what --provider accepts: every listed provider and the core
+ * provider of every layered one ("tcp" for "tcp;ofi_rxm", see prov_matches). libfabric is
+ * opened here, not at engine start (see lf_open). */
+void fs_inventory_ofi(cJSON *part)
+{
+    cJSON_AddStringToObject(part, "library", "libfabric");
+    struct fs_err err = {0};
+    if (lf_open(&err)) {
+        cJSON_AddStringToObject(part, "status", "error");
+        cJSON_AddStringToObject(part, "error", err.msg);
+        return;
+    }
+    uint32_t v = fi_version();
+    char buf[64];
+    snprintf(buf, sizeof buf, "%u.%u", FI_MAJOR(v), FI_MINOR(v));
+    cJSON_AddStringToObject(part, "version", buf);
+    snprintf(buf, sizeof buf, "%u.%u", FI_MAJOR(OFI_API), FI_MINOR(OFI_API));
+    cJSON_AddStringToObject(part, "api_version_asked", buf);
+    struct fi_info *all = NULL;
+    int rc = fi_getinfo(OFI_API, NULL, NULL, 0, NULL, &all);
+    if (rc && rc != -FI_ENODATA) {
+        cJSON_AddStringToObject(part, "status", "error");
+        snprintf(err.msg, sizeof err.msg, "fi_getinfo: %s (%d)", fi_strerror(-rc), rc);
+        cJSON_AddStringToObject(part, "error", err.msg);
+        return;
+    }
+    cJSON_AddStringToObject(part, "status", "ok");
+    const char *env = getenv("FI_PROVIDER");
+    if (env)
+        cJSON_AddStringToObject(part, "fi_provider_env", env);
+    else
+        cJSON_AddNullToObject(part, "fi_provider_env");
+    cJSON *provs = cJSON_AddArrayToObject(part, "providers");
+    cJSON *names = cJSON_AddArrayToObject(part, "provider_names");
+    cJSON *entries = cJSON_AddArrayToObject(part, "entries");
+    for (struct fi_info *i = all; i; i = i->next) {
+        const char *pn = i->fabric_attr->prov_name ? i->fabric_attr->prov_name : "";
+        const char *fabric = i->fabric_attr->name ? i->fabric_attr->name : "";
+        const char *dom = i->domain_attr->name ? i->domain_attr->name : "";
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "provider", pn);
+        snprintf(buf, sizeof buf, "%u.%u", FI_MAJOR(i->fabric_attr->prov_version),
+                 FI_MINOR(i->fabric_attr->prov_version));
+        cJSON_AddStringToObject(e, "provider_version", buf);
+        cJSON_AddStringToObject(e, "fabric", fabric);
+        cJSON_AddStringToObject(e, "domain", dom);
+        cJSON_AddStringToObject(e, "endpoint_type", ep_name(i->ep_attr->type));
+        char *as = fi_tostr(&i->addr_format, FI_TYPE_ADDR_FORMAT);
+        cJSON_AddStringToObject(e, "addr_format", as ? as : "");
+        cJSON *caps = cJSON_AddArrayToObject(e, "caps");
+        char *cs = fi_tostr(&i->caps, FI_TYPE_CAPS);
+        char copy[1024];
+        snprintf(copy, sizeof copy, "%s", cs ? cs : "");
+        char *save = NULL;
+        for (char *t = strtok_r(copy, " |,", &save); t; t = strtok_r(NULL, " |,", &save))
+            cJSON_AddItemToArray(caps, cJSON_CreateString(t));
+        cJSON_AddNumberToObject(e, "inject_size", (double)i->tx_attr->inject_size);
+        cJSON_AddItemToArray(entries, e);
+
+        cJSON *p = provider_entry(provs, pn);
+        add_unique_str(cJSON_GetObjectItemCaseSensitive(p, "fabrics"), fabric);
+        add_unique_str(cJSON_GetObjectItemCaseSensitive(p, "domains"), dom);
+        add_unique_str(cJSON_GetObjectItemCaseSensitive(p, "endpoint_types"),
+                       ep_name(i->ep_attr->type));
+        add_unique_str(names, pn);
+        const char *semi = strchr(pn, ';');
+        if (semi) {
+            char core[64];
+            snprintf(core, sizeof core, "%.*s", (int)(semi - pn), pn);
+            if (prov_matches(core, pn))
+                add_unique_str(names, core);
+        }
+    }
+    fi_freeinfo(all);
+}

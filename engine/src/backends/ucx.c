@@ -18,6 +18,7 @@
 #include <uct/api/uct.h>
 
 #include "../core/backend.h"
+#include "../core/inventory.h"
 
 struct ucx_opts {
     char tls[256];
@@ -53,6 +54,7 @@ struct ucx_res {
     char tl[UCT_TL_NAME_MAX];
     char dev[UCT_DEVICE_NAME_MAX];
     uct_device_type_t type;
+    char md[UCT_MD_NAME_MAX]; /* the memory domain that offers it */
 };
 
 struct ucx {
@@ -167,7 +169,7 @@ struct ucx_reslist {
     size_t n;
 };
 
-static int reslist_add(struct ucx_reslist *l, const uct_tl_resource_desc_t *r)
+static int reslist_add(struct ucx_reslist *l, const uct_tl_resource_desc_t *r, const char *md)
 {
     struct ucx_res *nv = realloc(l->v, (l->n + 1) * sizeof *nv);
     if (!nv)
@@ -176,6 +178,7 @@ static int reslist_add(struct ucx_reslist *l, const uct_tl_resource_desc_t *r)
     snprintf(nv[l->n].tl, sizeof nv[l->n].tl, "%s", r->tl_name);
     snprintf(nv[l->n].dev, sizeof nv[l->n].dev, "%s", r->dev_name);
     nv[l->n].type = r->dev_type;
+    snprintf(nv[l->n].md, sizeof nv[l->n].md, "%s", md);
     l->n++;
     return 0;
 }
@@ -212,7 +215,7 @@ static int query_resources(struct ucx_reslist *l, struct fs_err *err)
                     unsigned nres = 0;
                     if (uct_md_query_tl_resources(md, &res, &nres) == UCS_OK) {
                         for (unsigned k = 0; k < nres && rc == 0; k++)
-                            if (reslist_add(l, &res[k]))
+                            if (reslist_add(l, &res[k], ca.md_resources[m].md_name))
                                 rc = fs_fail(err, FS_EXIT_MEASURE, "out of memory");
                         uct_release_tl_resource_list(res);
                     }
@@ -265,8 +268,11 @@ static void res_lists(const struct ucx_reslist *l, char *pairs, size_t plen, cha
     }
 }
 
-/* UCX's own transport aliases (ucp_context.c, UCX 1.13): an alias is valid here when at least
- * one transport it stands for exists on this host. */
+/* UCX's own transport aliases (ucp_tl_aliases in ucp_context.c, UCX 1.13): an alias is valid
+ * here when at least one transport it stands for exists on this host. UCX keeps the table static
+ * and no API returns it, so this is fabscope's ONE copy: --ucx-tls checks against it and
+ * --inventory-json publishes it for the doctor. Members UCX adds only for auxiliary use
+ * ("ud_verbs:aux" in rc_v) are left out: on their own they carry no traffic. */
 static const struct {
     const char *alias;
     const char *members[8];
@@ -1173,3 +1179,103 @@ const struct fs_backend_ops fs_backend_ucx = {
     .describe = ucx_describe,
     .teardown = ucx_teardown,
 };
+
+/* ---- inventory (--inventory-json) ----------------------------------------------------------- */
+
+static const char *dev_type_name(uct_device_type_t t)
+{
+    switch (t) {
+    case UCT_DEVICE_TYPE_NET: return "net";
+    case UCT_DEVICE_TYPE_SHM: return "shm";
+    case UCT_DEVICE_TYPE_ACC: return "acc";
+    case UCT_DEVICE_TYPE_SELF: return "self";
+    default: return "other";
+    }
+}
+
+static void add_unique(cJSON *arr, const char *s)
+{
+    const cJSON *x;
+    cJSON_ArrayForEach(x, arr) if (strcmp(x->valuestring, s) == 0) return;
+    cJSON_AddItemToArray(arr, cJSON_CreateString(s));
+}
+
+/* The resources UCX offers here, from the same walk that checks --ucx-tls and --device: what
+ * "transports", "net_devices" and the available aliases list is exactly what those accept. */
+void fs_inventory_ucx(cJSON *part)
+{
+    cJSON_AddStringToObject(part, "library", "UCX");
+    cJSON_AddStringToObject(part, "version", ucp_get_version_string());
+    struct ucx_reslist l = {0};
+    struct fs_err err = {0};
+    if (query_resources(&l, &err)) {
+        cJSON_AddStringToObject(part, "status", "error");
+        cJSON_AddStringToObject(part, "error", err.msg);
+        free(l.v);
+        return;
+    }
+    cJSON_AddStringToObject(part, "status", "ok");
+    cJSON *comps = cJSON_AddArrayToObject(part, "components");
+    uct_component_h *cl = NULL;
+    unsigned nc = 0;
+    if (uct_query_components(&cl, &nc) == UCS_OK) {
+        for (unsigned c = 0; c < nc; c++) {
+            uct_component_attr_t ca = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME |
+                                                     UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT};
+            if (uct_component_query(cl[c], &ca) != UCS_OK)
+                continue;
+            cJSON *co = cJSON_CreateObject();
+            cJSON_AddStringToObject(co, "name", ca.name);
+            cJSON *mds = cJSON_AddArrayToObject(co, "memory_domains");
+            ca.md_resources = ca.md_resource_count
+                                  ? calloc(ca.md_resource_count, sizeof *ca.md_resources)
+                                  : NULL;
+            ca.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
+            if (ca.md_resources && uct_component_query(cl[c], &ca) == UCS_OK)
+                for (unsigned m = 0; m < ca.md_resource_count; m++)
+                    cJSON_AddItemToArray(mds, cJSON_CreateString(ca.md_resources[m].md_name));
+            free(ca.md_resources);
+            cJSON_AddItemToArray(comps, co);
+        }
+        uct_release_component_list(cl);
+    }
+    cJSON *res = cJSON_AddArrayToObject(part, "resources");
+    cJSON *tls = cJSON_AddArrayToObject(part, "transports");
+    cJSON *nets = cJSON_AddArrayToObject(part, "net_devices");
+    cJSON *mds = cJSON_AddArrayToObject(part, "memory_domains");
+    for (size_t i = 0; i < l.n; i++) {
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "transport", l.v[i].tl);
+        cJSON_AddStringToObject(r, "device", l.v[i].dev);
+        cJSON_AddStringToObject(r, "device_type", dev_type_name(l.v[i].type));
+        cJSON_AddStringToObject(r, "memory_domain", l.v[i].md);
+        cJSON_AddItemToArray(res, r);
+        add_unique(tls, l.v[i].tl);
+        add_unique(mds, l.v[i].md);
+        if (l.v[i].type == UCT_DEVICE_TYPE_NET)
+            add_unique(nets, l.v[i].dev);
+    }
+    cJSON *al = cJSON_AddArrayToObject(part, "aliases");
+    for (size_t i = 0; i < sizeof ucx_aliases / sizeof ucx_aliases[0]; i++) {
+        cJSON *a = cJSON_CreateObject();
+        cJSON_AddStringToObject(a, "name", ucx_aliases[i].alias);
+        cJSON *mem = cJSON_AddArrayToObject(a, "transports");
+        for (int k = 0; ucx_aliases[i].members[k]; k++)
+            cJSON_AddItemToArray(mem, cJSON_CreateString(ucx_aliases[i].members[k]));
+        cJSON_AddBoolToObject(a, "available", tl_token_ok(&l, ucx_aliases[i].alias));
+        cJSON_AddItemToArray(al, a);
+    }
+    cJSON_AddStringToObject(part, "aliases_source",
+                            "UCX 1.13 ucp_context.c ucp_tl_aliases (static in UCX, not in its "
+                            "API); fabscope's copy: engine/src/backends/ucx.c ucx_aliases");
+    /* What --ucx-tls accepts: "all", every transport above, every available alias (and
+     * "^name", "\\name", "name:aux" forms of those). --device accepts net_devices and "all". */
+    cJSON *acc = cJSON_AddArrayToObject(part, "tls_names");
+    add_unique(acc, "all");
+    for (size_t i = 0; i < l.n; i++)
+        add_unique(acc, l.v[i].tl);
+    for (size_t i = 0; i < sizeof ucx_aliases / sizeof ucx_aliases[0]; i++)
+        if (tl_token_ok(&l, ucx_aliases[i].alias))
+            add_unique(acc, ucx_aliases[i].alias);
+    free(l.v);
+}

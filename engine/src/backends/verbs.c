@@ -31,6 +31,7 @@
 #include <rdma/rdma_cma.h>
 
 #include "../core/backend.h"
+#include "../core/inventory.h"
 
 #define VB_MAX_QPS 64
 #define VB_GRH 40          /* UD receives start with the 40-byte global route header */
@@ -40,7 +41,8 @@
 /* A CQ event is acknowledged in batches: ibv_ack_cq_events takes a mutex. */
 #define VB_ACK_EVERY 64
 #define VB_READ_SEED 0x5eedu
-#define VB_PASSIVE_SLEEP_MS 5
+/* The passive target's nap between looks at the control channel (see vb_progress). */
+#define VB_PASSIVE_SLEEP_MS 20
 
 /* ---- options -------------------------------------------------------------------------------- */
 
@@ -114,6 +116,8 @@ struct vb_qp {
     uint64_t unsig_ops;    /* core operations posted unsignaled since the last signaled WR */
     uint64_t sig_inflight; /* signaled WRs not completed yet */
     uint64_t slots;        /* send queue entries in use */
+    uint64_t done_ops;     /* this phase: core operations completed on this QP */
+    uint64_t rx_msgs;      /* this phase: messages received on this QP */
 };
 
 struct vb {
@@ -1545,7 +1549,7 @@ static int vb_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *err
         if (v->qp[i].unsig_ops && !v->qp[i].sig_inflight && post_flush(v, &v->qp[i], i, err))
             return -1;
     for (int slice = 0; v->unreported && slice * 10 < v->timeout_ms; slice++) {
-        struct fs_events ev = {0, 0};
+        struct fs_events ev = {0, 0, 0};
         int got = 0;
         if (poll_cq(v, &ev, &got, err))
             return -1;
@@ -1716,6 +1720,7 @@ static int on_recv(struct vb *v, const struct ibv_wc *wc, struct fs_err *err)
     }
     v->rx_seq++;
     int qi = WR_QPI(wc->wr_id);
+    v->qp[qi].rx_msgs++;
     return post_recvs(v, &v->qp[qi], qi, 1, err);
 }
 
@@ -1738,6 +1743,7 @@ static int poll_cq(struct vb *v, struct fs_events *ev, int *got, struct fs_err *
         uint64_t ops = WR_OPS(wc[i].wr_id);
         q->slots -= ops + ((wc[i].wr_id & WR_FLUSH) ? 1 : 0);
         q->sig_inflight--;
+        q->done_ops += ops;
         v->unreported -= ops;
         ev->tx_done += ops;
         if (v->o.verify && v->op == FS_OP_READ) {
@@ -1758,9 +1764,11 @@ static int vb_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_er
          * the initiator's count on the control channel. Spinning here would take the CPU from
          * the initiator and from a software device (rxe, siw) on a shared core, which perftest's
          * sleeping target does not; so sleep. Not 1 ms: on a one-vCPU rxe guest, 1000 wake-ups
-         * a second cost the initiator ~10% of its read bandwidth. Nothing is timed on this side;
-         * the sleep only delays noticing the end of the phase (the core looks every 16 calls). */
+         * a second cost the initiator ~10% of its read bandwidth; 20 ms = 50 wake-ups a second.
+         * Nothing is timed on this side; the sleep only delays noticing the end of the phase by
+         * up to one nap (the core looks at the control channel after every nap). */
         poll(NULL, 0, wait_ms > 0 ? wait_ms : VB_PASSIVE_SLEEP_MS);
+        ev->slept = 1;
         return 0;
     }
     if (poll_cq(v, ev, &got, err))
@@ -1858,6 +1866,19 @@ static void vb_describe(void *be, cJSON *o)
         if (v->connected)
             cJSON_AddItemToArray(pq, cJSON_CreateNumber(v->qp[i].peer_qpn));
     }
+    /* Per QP in the last phase: the core adds each flow's rate at the initiator (--qps N). Left
+     * out before anything moved (the description sent at connection time). */
+    uint64_t moved = 0;
+    for (int i = 0; i < v->nqp; i++)
+        moved += v->qp[i].done_ops + v->qp[i].rx_msgs;
+    cJSON *flows = moved ? cJSON_AddArrayToObject(o, "flows") : NULL;
+    for (int i = 0; flows && i < v->nqp && v->qp[i].qp; i++) {
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddNumberToObject(f, "qpn", v->qp[i].qp->qp_num);
+        cJSON_AddNumberToObject(f, "completed", (double)v->qp[i].done_ops);
+        cJSON_AddNumberToObject(f, "received", (double)v->qp[i].rx_msgs);
+        cJSON_AddItemToArray(flows, f);
+    }
     cJSON *m = cJSON_AddObjectToObject(o, "mtu");
     cJSON_AddNumberToObject(m, "active", mtu_bytes(v->pattr.active_mtu));
     cJSON_AddNumberToObject(m, "used", v->mtu_used);
@@ -1936,6 +1957,41 @@ static void vb_teardown(void *be)
     free(v);
 }
 
+static void vb_phase_begin(void *be)
+{
+    struct vb *v = be;
+    for (int i = 0; i < v->nqp; i++)
+        v->qp[i].done_ops = v->qp[i].rx_msgs = 0;
+}
+
+/* Before any connection: --device names a device libibverbs lists here (the same list
+ * --inventory-json prints), so a typo is a usage error even when the peer is missing. */
+static int vb_check(const struct fs_spec *spec, const void *opts, struct fs_err *err)
+{
+    (void)opts;
+    if (!spec->device[0])
+        return 0;
+    int n = 0;
+    errno = 0;
+    struct ibv_device **l = ibv_get_device_list(&n);
+    int why = errno;
+    if (!l || n == 0) {
+        if (l)
+            ibv_free_device_list(l);
+        return no_devices(err, l ? 0 : why);
+    }
+    int found = 0;
+    for (int i = 0; i < n && !found; i++)
+        found = strcmp(ibv_get_device_name(l[i]), spec->device) == 0;
+    ibv_free_device_list(l);
+    if (found)
+        return 0;
+    char list[1536];
+    list_devices(list, sizeof list);
+    return fs_fail(err, FS_EXIT_USAGE, "--device %s: no such RDMA device on this host; it has: %s",
+                   spec->device, list);
+}
+
 const struct fs_backend_ops fs_backend_verbs = {
     .abi = FS_BACKEND_ABI,
     .name = "verbs",
@@ -1946,6 +2002,7 @@ const struct fs_backend_ops fs_backend_verbs = {
     .patterns = FS_BIT(FS_PAT_LAT) | FS_BIT(FS_PAT_BW) | FS_BIT(FS_PAT_BIBW),
     .options = vb_options,
     .options_size = sizeof(struct vb_opts),
+    .check = vb_check,
     .setup = vb_setup,
     .local_address = vb_local_address,
     .connect = vb_connect,
@@ -1955,4 +2012,236 @@ const struct fs_backend_ops fs_backend_verbs = {
     .lossy = vb_lossy,
     .describe = vb_describe,
     .teardown = vb_teardown,
+    .phase_begin = vb_phase_begin,
 };
+
+/* ---- inventory (--inventory-json) ----------------------------------------------------------- */
+
+/* The kernel's names (ib_core sysfs), so the inventory reads like /sys/class/infiniband. */
+static const char *phys_state_name(uint8_t s)
+{
+    static const char *const names[] = {NULL,     "Sleep",  "Polling",           "Disabled",
+                                        "PortConfigurationTraining", "LinkUp",
+                                        "LinkErrorRecovery", "Phy Test"};
+    return s < sizeof names / sizeof names[0] && names[s] ? names[s] : NULL;
+}
+
+static const char *node_type_name(enum ibv_node_type t)
+{
+    switch (t) {
+    case IBV_NODE_CA: return "CA";
+    case IBV_NODE_SWITCH: return "switch";
+    case IBV_NODE_ROUTER: return "router";
+    case IBV_NODE_RNIC: return "RNIC";
+    case IBV_NODE_USNIC: return "usNIC";
+    case IBV_NODE_USNIC_UDP: return "usNIC UDP";
+    default: return "unspecified";
+    }
+}
+
+/* Width x speed the way the kernel's sysfs `rate` attribute prints it (rate_show in ib_core):
+ * "100 Gb/sec (4X EDR)"; FDR lanes count 14 Gb/s as there, so 4X FDR is 56. The number in
+ * rate_gbps is the same figure. */
+static void port_rate(const struct ibv_port_attr *pa, cJSON *o)
+{
+    int lanes = pa->active_width == 1 ? 1 : pa->active_width == 2 ? 4 : pa->active_width == 4 ? 8
+                : pa->active_width == 8 ? 12 : pa->active_width == 16 ? 2 : 0;
+    int tenths;
+    const char *speed;
+    switch (pa->active_speed) {
+    case 1: tenths = 25, speed = " SDR"; break;
+    case 2: tenths = 50, speed = " DDR"; break;
+    case 4: tenths = 100, speed = " QDR"; break;
+    case 8: tenths = 100, speed = " FDR10"; break;
+    case 16: tenths = 140, speed = " FDR"; break;
+    case 32: tenths = 250, speed = " EDR"; break;
+    case 64: tenths = 500, speed = " HDR"; break;
+    case 128: tenths = 1000, speed = " NDR"; break;
+    default: tenths = 0, speed = NULL; break;
+    }
+    if (!lanes || !speed) {
+        cJSON_AddNullToObject(o, "rate");
+        cJSON_AddNullToObject(o, "rate_gbps");
+        return;
+    }
+    int rate = tenths * lanes;
+    char text[64];
+    snprintf(text, sizeof text, "%d%s Gb/sec (%dX%s)", rate / 10, rate % 10 ? ".5" : "", lanes,
+             speed);
+    cJSON_AddStringToObject(o, "rate", text);
+    cJSON_AddNumberToObject(o, "rate_gbps", rate / 10.0);
+    cJSON_AddNumberToObject(o, "active_width_lanes", lanes);
+    cJSON_AddStringToObject(o, "active_speed", speed + 1);
+}
+
+/* A GID the way sysfs prints it: eight groups of four hex digits. */
+static void gid_sysfs_text(const union ibv_gid *g, char *out, size_t len)
+{
+    const uint8_t *r = g->raw;
+    snprintf(out, len, "%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x",
+             r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11], r[12],
+             r[13], r[14], r[15]);
+}
+
+static void guid_text(__be64 be, char *out, size_t len)
+{
+    uint64_t x = be64toh(be);
+    snprintf(out, len, "%04x:%04x:%04x:%04x", (unsigned)(x >> 48) & 0xffff,
+             (unsigned)(x >> 32) & 0xffff, (unsigned)(x >> 16) & 0xffff, (unsigned)x & 0xffff);
+}
+
+static void inventory_port(struct ibv_context *c, int port, const struct ibv_gid_entry *all,
+                           ssize_t nall, cJSON *o)
+{
+    struct ibv_port_attr pa;
+    cJSON_AddNumberToObject(o, "port", port);
+    if (ibv_query_port(c, (uint8_t)port, &pa)) {
+        cJSON_AddStringToObject(o, "error", strerror(errno));
+        return;
+    }
+    cJSON_AddStringToObject(o, "state", port_state_name(pa.state));
+    const char *phys = phys_state_name(pa.phys_state);
+    if (phys)
+        cJSON_AddStringToObject(o, "phys_state", phys);
+    else
+        cJSON_AddNullToObject(o, "phys_state");
+    cJSON_AddStringToObject(o, "link_layer", link_layer_name(pa.link_layer));
+    cJSON_AddNumberToObject(o, "active_mtu", mtu_bytes(pa.active_mtu));
+    cJSON_AddNumberToObject(o, "max_mtu", mtu_bytes(pa.max_mtu));
+    port_rate(&pa, o);
+    cJSON_AddNumberToObject(o, "lid", pa.lid);
+    cJSON_AddNumberToObject(o, "sm_lid", pa.sm_lid);
+    cJSON_AddNumberToObject(o, "lmc", pa.lmc);
+    cJSON_AddNumberToObject(o, "gid_tbl_len", pa.gid_tbl_len);
+    char capm[16];
+    snprintf(capm, sizeof capm, "0x%08x", pa.port_cap_flags);
+    cJSON_AddStringToObject(o, "cap_mask", capm);
+
+    /* The netdev: a GID entry naming one; else (siw) the netdev owning the GID's MAC. */
+    char nd[IF_NAMESIZE + 1] = "";
+    const char *nd_source = NULL;
+    cJSON *gids = cJSON_AddArrayToObject(o, "gids");
+    for (ssize_t i = 0; i < nall; i++) {
+        if ((int)all[i].port_num != port || gid_is_zero(&all[i].gid))
+            continue;
+        cJSON *g = cJSON_CreateObject();
+        char text[48], ip[INET_ADDRSTRLEN], gnd[IF_NAMESIZE + 1] = "";
+        gid_sysfs_text(&all[i].gid, text, sizeof text);
+        cJSON_AddNumberToObject(g, "index", all[i].gid_index);
+        cJSON_AddStringToObject(g, "gid", text);
+        cJSON_AddStringToObject(g, "type", gid_type_name((int)all[i].gid_type));
+        if (all[i].ndev_ifindex && if_indextoname(all[i].ndev_ifindex, gnd)) {
+            cJSON_AddStringToObject(g, "netdev", gnd);
+            if (!nd[0]) {
+                snprintf(nd, sizeof nd, "%s", gnd);
+                nd_source = "GID table";
+            }
+        } else {
+            cJSON_AddNullToObject(g, "netdev");
+        }
+        if (gid_is_ipv4(&all[i].gid, ip, sizeof ip))
+            cJSON_AddStringToObject(g, "ipv4", ip);
+        else
+            cJSON_AddNullToObject(g, "ipv4");
+        cJSON_AddItemToArray(gids, g);
+    }
+    if (!nd[0] && pa.link_layer == IBV_LINK_LAYER_ETHERNET && cJSON_GetArraySize(gids) > 0) {
+        union ibv_gid g0;
+        if (ibv_query_gid(c, (uint8_t)port, 0, &g0) == 0 && !gid_is_zero(&g0)) {
+            netdev_by_gid_mac(&g0, nd, sizeof nd);
+            if (nd[0])
+                nd_source = "MAC in GID 0";
+        }
+    }
+    if (nd[0]) {
+        cJSON_AddStringToObject(o, "netdev", nd);
+        cJSON_AddStringToObject(o, "netdev_source", nd_source);
+    } else {
+        cJSON_AddNullToObject(o, "netdev");
+    }
+}
+
+/* Every populated GID of every port of the device: one ioctl where the kernel has it, else one
+ * query per index and port (old kernels). */
+static ssize_t inventory_gids(struct ibv_context *c, int nports, struct ibv_gid_entry *all,
+                              size_t max)
+{
+    ssize_t n = ibv_query_gid_table(c, all, max, 0);
+    if (n >= 0)
+        return n;
+    ssize_t k = 0;
+    for (int p = 1; p <= nports; p++) {
+        struct ibv_port_attr pa;
+        if (ibv_query_port(c, (uint8_t)p, &pa))
+            continue;
+        for (int i = 0; i < pa.gid_tbl_len && (size_t)k < max; i++)
+            if (ibv_query_gid_ex(c, (uint32_t)p, (uint32_t)i, &all[k], 0) == 0 &&
+                !gid_is_zero(&all[k].gid))
+                k++;
+    }
+    return k;
+}
+
+void fs_inventory_verbs(cJSON *part)
+{
+    cJSON_AddStringToObject(part, "library", "libibverbs");
+    int n = 0;
+    errno = 0;
+    struct ibv_device **l = ibv_get_device_list(&n);
+    int why = errno;
+    cJSON_AddStringToObject(part, "status", "ok");
+    cJSON *devs = cJSON_AddArrayToObject(part, "devices");
+    if (!l) {
+        /* No kernel RDMA support is a host without devices, not a failure of the inventory. */
+        char note[256];
+        snprintf(note, sizeof note, "ibv_get_device_list: %s", strerror(why));
+        cJSON_AddStringToObject(part, "note", note);
+        return;
+    }
+    struct ibv_gid_entry *all = calloc(VB_MAX_GIDS, sizeof *all);
+    for (int i = 0; i < n; i++) {
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddItemToArray(devs, d);
+        cJSON_AddStringToObject(d, "name", ibv_get_device_name(l[i]));
+        cJSON_AddStringToObject(d, "node_type", node_type_name(l[i]->node_type));
+        cJSON_AddStringToObject(d, "transport", l[i]->transport_type == IBV_TRANSPORT_IWARP
+                                                    ? "iWARP"
+                                                    : l[i]->transport_type == IBV_TRANSPORT_IB
+                                                        ? "InfiniBand"
+                                                        : "other");
+        struct ibv_context *c = ibv_open_device(l[i]);
+        struct ibv_device_attr da;
+        if (!c || ibv_query_device(c, &da)) {
+            char e[160];
+            snprintf(e, sizeof e, "cannot open: %s%s", strerror(errno),
+                     errno == EACCES ? " (permissions of /dev/infiniband/uverbs*)" : "");
+            cJSON_AddStringToObject(d, "error", e);
+            if (c)
+                ibv_close_device(c);
+            continue;
+        }
+        char guid[32];
+        guid_text(da.node_guid, guid, sizeof guid);
+        cJSON_AddStringToObject(d, "node_guid", guid);
+        guid_text(da.sys_image_guid, guid, sizeof guid);
+        cJSON_AddStringToObject(d, "sys_image_guid", guid);
+        cJSON_AddStringToObject(d, "fw_ver", da.fw_ver);
+        char hex[16];
+        snprintf(hex, sizeof hex, "0x%04x", da.vendor_id);
+        cJSON_AddStringToObject(d, "vendor_id", hex);
+        cJSON_AddNumberToObject(d, "vendor_part_id", da.vendor_part_id);
+        snprintf(hex, sizeof hex, "0x%x", da.hw_ver);
+        cJSON_AddStringToObject(d, "hw_ver", hex);
+        cJSON_AddNumberToObject(d, "phys_port_cnt", da.phys_port_cnt);
+        ssize_t ng = all ? inventory_gids(c, da.phys_port_cnt, all, VB_MAX_GIDS) : 0;
+        cJSON *ports = cJSON_AddArrayToObject(d, "ports");
+        for (int p = 1; p <= da.phys_port_cnt; p++) {
+            cJSON *po = cJSON_CreateObject();
+            inventory_port(c, p, all, ng, po);
+            cJSON_AddItemToArray(ports, po);
+        }
+        ibv_close_device(c);
+    }
+    free(all);
+    ibv_free_device_list(l);
+}

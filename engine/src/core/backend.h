@@ -16,6 +16,7 @@ struct cJSON;
 struct fs_events {
     uint64_t tx_done; /* posted operations that completed at the initiator */
     uint64_t rx_done; /* messages that arrived at this side (ACTIVE ops only) */
+    int slept;        /* set by a backend that napped in this call (nothing of it is timed) */
 };
 
 struct fs_be_ctx {
@@ -65,6 +66,9 @@ struct fs_backend_ops {
     void (*describe)(void *be, struct cJSON *transport);
     /* Must accept a half set-up state: it also runs after a failed setup. */
     void (*teardown)(void *be);
+    /* Optional: a warmup or measured phase starts (both sides); per-phase counters the backend
+     * reports in describe() (e.g. verbs' per-QP "flows") restart here. */
+    void (*phase_begin)(void *be);
 };
 
 /* Checks abi, name and hooks; a backend that fails is refused at startup, loudly. */

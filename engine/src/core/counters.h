@@ -10,9 +10,10 @@
 struct cJSON;
 
 #define FS_CNT_MAX_DEV 128
-/* netdevs: tx/rx bytes and packets. RDMA ports: port_{xmit,rcv}_{data,packets}, then
- * hw_counters sent_pkts/rcvd_pkts, which is all rxe (Soft-RoCE) has: packets, no bytes. */
-#define FS_CNT_NVAL 6
+/* netdevs: tx/rx bytes and packets, then errors and drops. RDMA ports: port_{xmit,rcv}_{data,
+ * packets}, hw_counters sent_pkts/rcvd_pkts (all rxe (Soft-RoCE) has: packets, no bytes), then the
+ * PMA error counters the fabric matrix judges links by. The tables are in counters.c. */
+#define FS_CNT_NVAL 24
 #define FS_CNT_NDEVS 4
 
 struct fs_cnt_dev {
@@ -33,5 +34,18 @@ struct fs_cnt_snap {
 void fs_counters_snap(struct fs_cnt_snap *s);
 /* {"host":..., "net": {dev: {before, after}}, "rdma": {dev/port: {link_layer, before, after}}} */
 struct cJSON *fs_counters_json(const struct fs_cnt_snap *before, const struct fs_cnt_snap *after);
+
+/* `fabscope-engine --counters-json`: one snapshot of EVERY counter of every RDMA port
+ * (every file of counters/ and hw_counters/, port attributes; "rdma_devices": device-wide
+ * hw_counters/ where a driver has them, e.g. hfi1) and every netdev (every file of
+ * statistics/, plus the pause/PFC/ECN/CNP entries of the driver's ethtool statistics for the
+ * netdevs behind RDMA ports when the sysfs root is the live /sys), raw, with a table of the units and widths the engine knows:
+ * units[dir][driver][counter] (dir counters, hw_counters or statistics; driver "" for netdevs and
+ * ports without one). Schema fabscope.counters/1. */
+struct cJSON *fs_counters_dump_json(void);
+/* `fabscope-engine --counters-serve`: the same snapshot, one JSON line on stdout per line read on
+ * stdin, until end of input; files stay open between snapshots (see the file cache in counters.c).
+ * The exporter keeps one such engine for its lifetime. Returns the exit status. */
+int fs_counters_serve(void);
 
 #endif

@@ -282,6 +282,19 @@ void fs_sock_addrs(int fd, char *local, size_t llen, char *peer, size_t plen)
         snprintf(peer, plen, "%s", h);
 }
 
+int fs_sock_peer_desc(int fd, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char h[INET6_ADDRSTRLEN], port[16];
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) ||
+        getnameinfo((struct sockaddr *)&ss, sl, h, sizeof h, port, sizeof port,
+                    NI_NUMERICHOST | NI_NUMERICSERV))
+        return -1;
+    snprintf(buf, len, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", h, port);
+    return 0;
+}
+
 int fs_ctl_connect(const char *hostport, int timeout_ms, struct fs_ctl *c, struct fs_err *err)
 {
     char host[256];

@@ -50,5 +50,7 @@ int fs_session_client(struct fs_ctl *c, int timeout_ms, struct fs_err *err);
 
 /* Numeric addresses of both ends of a connected socket. */
 void fs_sock_addrs(int fd, char *local, size_t llen, char *peer, size_t plen);
+/* "HOST:PORT" (numeric; "[v6]:PORT") of the far end of a connected socket; -1 if it is none. */
+int fs_sock_peer_desc(int fd, char *buf, size_t len);
 
 #endif

@@ -134,6 +134,8 @@ int fs_run_validate(struct fs_run *r, struct fs_err *err)
                        "--iters %ld: a bandwidth test needs at least 2 messages (the receiver "
                        "times from the first arrival to the last)",
                        r->spec.iters);
+    if (fs_interval_resolve(r, err))
+        return -1;
     if (strcmp(r->spec.poll, "auto") == 0)
         r->block = r->pat != FS_PAT_LAT;
     else
@@ -231,12 +233,37 @@ static int size_phases(struct fs_run *r, uint64_t size, struct fs_side_view *min
     }
     if (fs_phase_run(r, FS_PHASE_MEASURE, size, mine, err))
         return -1;
-    fs_counters_snap(&r->cnt_after);
     cJSON *extra = cJSON_CreateObject();
-    cJSON_AddItemToObject(extra, "counters", fs_counters_json(&r->cnt_before, &r->cnt_after));
     cJSON *sys = cJSON_AddObjectToObject(extra, "host");
     fs_sysinfo_json(&r->si, sys);
-    return fs_phase_exchange(r, mine, extra, theirs, peer_msg, err);
+    if (fs_phase_exchange(r, mine, extra, theirs, peer_msg, err))
+        return -1;
+    /* The counters are read only now that both sides have ended the phase: every byte a sender
+     * queued has then reached the receiver. A sender's phase ends when its last write is queued,
+     * up to a socket buffer (and a shaped link's queue) earlier, so a snapshot taken then missed
+     * the tail of the payload and the sender's path verdict fell short of it. The server sends
+     * its snapshot; the client, which prints the record, attaches it to the peer's message. */
+    fs_counters_snap(&r->cnt_after);
+    cJSON *cnt = fs_counters_json(&r->cnt_before, &r->cnt_after);
+    if (r->is_server) {
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "type", "counters");
+        cJSON_AddItemToObject(m, "counters", cnt);
+        int rc = fs_ctl_send(&r->ctl, m, timeout_ms(r), err);
+        cJSON_Delete(m);
+        return rc ? -1 : 0;
+    }
+    cJSON_Delete(cnt); /* the client's own counters are printed from cnt_before/cnt_after */
+    cJSON *m = NULL;
+    if (fs_ctl_expect(&r->ctl, "counters", timeout_ms(r), &m, err))
+        return -1;
+    cJSON *peer_cnt = cJSON_DetachItemFromObjectCaseSensitive(m, "counters");
+    cJSON_Delete(m);
+    if (peer_msg && *peer_msg && peer_cnt)
+        cJSON_AddItemToObject(*peer_msg, "counters", peer_cnt);
+    else
+        cJSON_Delete(peer_cnt);
+    return 0;
 }
 
 static int prepare_size(struct fs_run *r, uint64_t size, struct fs_err *err)
@@ -333,7 +360,7 @@ int fs_run_client(struct fs_run *r, struct fs_out *out, struct fs_err *err)
 {
     r->is_server = 0;
     cJSON *m = NULL;
-    if (fs_session_client(&r->ctl, timeout_ms(r), err))
+    if (!r->spec.session_open && fs_session_client(&r->ctl, timeout_ms(r), err))
         return -1;
     m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "type", "config");

@@ -7,7 +7,7 @@
 
 #define FS_TOOL_VERSION "0.1.0"
 /* Bumped whenever a control message changes meaning; both ends must agree exactly. */
-#define FS_PROTO_VERSION 1
+#define FS_PROTO_VERSION 2
 #define FS_RESULT_SCHEMA "fabscope.result/1"
 
 /* Exit codes are a contract with the front end and with scripts (fabtests style). */

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "inventory.h"
 #include "output.h"
 
 static void dump_options(void)
@@ -64,7 +65,8 @@ static void help(struct fs_run *r)
 {
     printf("usage: fabscope-engine --peer HOST[:PORT] [options]     (client)\n"
            "       fabscope-engine --listen ADDR[:PORT] [options]   (server, one client)\n"
-           "       fabscope-engine --options-json | --list-backends\n\n"
+           "       fabscope-engine --options-json | --counters-json | --counters-serve | --inventory-json\n"
+           "       fabscope-engine --list-backends\n\n"
            "Most users want the front end: `fabscope run --loopback` or `fabscope run --peer`.\n\n"
            "core options:\n");
     fs_opt_help(&r->core_set, stdout);
@@ -175,6 +177,19 @@ int main(int argc, char **argv)
         dump_options();
         return finish(r, NULL, &err, 0);
     }
+    if (r->spec.counters_json) {
+        cJSON *snap = fs_counters_dump_json();
+        char *text = cJSON_PrintUnformatted(snap);
+        if (text)
+            puts(text);
+        cJSON_free(text);
+        cJSON_Delete(snap);
+        return finish(r, NULL, &err, 0);
+    }
+    if (r->spec.counters_serve)
+        return finish(r, NULL, &err, fs_counters_serve());
+    if (r->spec.inventory_json)
+        return finish(r, NULL, &err, fs_inventory_print());
     if (r->spec.list_backends) {
         size_t n;
         const struct fs_backend_ops *const *all = fs_backends(&n);
@@ -182,28 +197,53 @@ int main(int argc, char **argv)
             printf("%-8s %s\n", all[i]->name, all[i]->summary);
         return finish(r, NULL, &err, 0);
     }
-    int modes = !!r->spec.peer[0] + !!r->spec.listen[0] + (r->spec.control_fd >= 0);
+    if (r->spec.validate_only) {
+        /* No mode needed: `fabscope serve` asks whether the options it will pass are valid. */
+        int rc = fs_run_select_backend(r, &err) || fs_run_validate(r, &err) ? -1 : 0;
+        return finish(r, NULL, &err, rc);
+    }
+    int modes = !!r->spec.peer[0] + (r->spec.peer_fd >= 0) + !!r->spec.listen[0] +
+                (r->spec.control_fd >= 0);
     if (modes != 1) {
         fs_fail(&err, FS_EXIT_USAGE,
-                "say exactly one of --peer HOST[:PORT] (client), --listen ADDR[:PORT] or "
-                "--control-fd N (server); see --help");
+                "say exactly one of --peer HOST[:PORT] or --peer-fd N (client), --listen "
+                "ADDR[:PORT] or --control-fd N (server); see --help");
         return finish(r, NULL, &err, -1);
     }
-    if (fs_run_select_backend(r, &err) || fs_run_validate(r, &err))
+    if (r->spec.peer_fd >= 0 && !r->spec.session_open) {
+        /* The front end hands over a socket only after its hello and authentication. */
+        fs_fail(&err, FS_EXIT_USAGE, "--peer-fd needs --session-open 1 (the front end did the hello)");
         return finish(r, NULL, &err, -1);
+    }
+    struct fs_out out = {stdout, strcmp(r->spec.format, "text") == 0, 0};
+    /* A client's refusal is also a fabscope.error/1 record on stdout, as every later failure is,
+     * so the front end reads one stream; a server's stdout carries only its listening event. */
+    struct fs_out *client_out = (r->spec.peer[0] || r->spec.peer_fd >= 0) ? &out : NULL;
+    if (fs_run_select_backend(r, &err) || fs_run_validate(r, &err))
+        return finish(r, client_out, &err, -1);
     fs_sysinfo_read(&r->si);
     /* The clock's rate and cost are measured on the CPU the engine will run on. */
     if ((r->spec.cpu >= 0 && fs_pin_cpu(&r->si, r->spec.cpu, &err)) ||
         fs_clock_setup(r->spec.clock, "", &r->clock, &err) ||
         (r->spec.hold_cpu_latency && fs_hold_cpu_latency(&r->si, &err)))
-        return finish(r, NULL, &err, -1);
-    struct fs_out out = {stdout, strcmp(r->spec.format, "text") == 0, 0};
+        return finish(r, client_out, &err, -1);
     int rc;
     int tmo = (int)(r->timeout_ns / 1000000);
     if (r->spec.peer[0]) {
         rc = fs_ctl_connect(r->spec.peer, tmo, &r->ctl, &err);
         if (rc == 0)
             rc = fs_run_client(r, &out, &err);
+        return finish(r, &out, &err, rc);
+    }
+    if (r->spec.peer_fd >= 0) {
+        char desc[300];
+        if (fs_sock_peer_desc((int)r->spec.peer_fd, desc, sizeof desc)) {
+            fs_fail(&err, FS_EXIT_USAGE, "--peer-fd %ld is not a connected socket",
+                    r->spec.peer_fd);
+            return finish(r, &out, &err, -1);
+        }
+        fs_ctl_init(&r->ctl, (int)r->spec.peer_fd, desc);
+        rc = fs_run_client(r, &out, &err);
         return finish(r, &out, &err, rc);
     }
     if (r->spec.control_fd >= 0) {

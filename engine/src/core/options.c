@@ -69,6 +69,26 @@ int fs_parse_size_list(const char *text, struct fs_size_list *out, char *why, si
             snprintf(why, why_len, "a range needs 0 < LO <= HI");
             return -1;
         }
+        /* The range is the powers of two from LO to HI, as its help says; ends that are not
+         * powers of two would make it something else (3:100 doubling 3, 6, 12...), so they are
+         * refused with the nearest range that is, rather than rounded behind the user's back. */
+        if ((lo & (lo - 1)) || (hi & (hi - 1))) {
+            uint64_t up = 1, down = 1;
+            while (up < lo && up <= UINT64_MAX / 2)
+                up *= 2;
+            while (down <= hi / 2)
+                down *= 2;
+            if (up >= lo && up <= down)
+                snprintf(why, why_len,
+                         "a range is every power of two from LO to HI, so both must be powers of "
+                         "two (the nearest inside it: %llu:%llu); list other sizes with commas",
+                         (unsigned long long)up, (unsigned long long)down);
+            else
+                snprintf(why, why_len,
+                         "a range is every power of two from LO to HI, so both must be powers of "
+                         "two (there is none between these); list sizes with commas");
+            return -1;
+        }
         for (uint64_t s = lo; s <= hi; s *= 2) {
             if (out->n == FS_MAX_SIZES) {
                 snprintf(why, why_len, "more than %d sizes", FS_MAX_SIZES);
@@ -80,8 +100,16 @@ int fs_parse_size_list(const char *text, struct fs_size_list *out, char *why, si
         }
         return 0;
     }
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    /* strtok would skip empty entries ("8,,16"); an empty entry is a typo, so it is refused. */
+    for (char *tok = buf, *next; tok; tok = next) {
+        char *comma = strchr(tok, ',');
+        next = comma ? comma + 1 : NULL;
+        if (comma)
+            *comma = '\0';
+        if (!*tok) {
+            snprintf(why, why_len, "an empty entry in the list");
+            return -1;
+        }
         uint64_t s;
         if (fs_parse_size(tok, &s)) {
             snprintf(why, why_len, "'%s' is not a size (examples: 8, 4K, 1M, 2G)", tok);

@@ -43,6 +43,29 @@ void fs_out_begin(struct fs_out *o, const struct fs_run *r)
     fflush(o->f);
 }
 
+/* The samples' log-linear histogram, sparse: [[bucket, count], ...] in ascending bucket order.
+ * fs_summarize sorted the samples, so equal buckets are adjacent and one pass suffices. */
+static void add_histogram(cJSON *lat, const double *sorted_ns, size_t n)
+{
+    cJSON *h = cJSON_AddObjectToObject(lat, "histogram");
+    cJSON_AddStringToObject(h, "scheme", "log2-linear");
+    cJSON_AddStringToObject(h, "unit", "ns");
+    cJSON_AddNumberToObject(h, "sub_buckets", FS_HIST_SUB_BUCKETS);
+    cJSON *buckets = cJSON_AddArrayToObject(h, "buckets");
+    size_t i = 0;
+    while (i < n) {
+        long b = fs_hist_index(sorted_ns[i]);
+        size_t j = i + 1;
+        while (j < n && fs_hist_index(sorted_ns[j]) == b)
+            j++;
+        cJSON *pair = cJSON_CreateArray();
+        cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)b));
+        cJSON_AddItemToArray(pair, cJSON_CreateNumber((double)(j - i)));
+        cJSON_AddItemToArray(buckets, pair);
+        i = j;
+    }
+}
+
 /* A rate, not a (bytes, span) pair: both directions of bibw are timed on their own receiver,
  * so they combine by adding rates. */
 struct rate {
@@ -87,6 +110,122 @@ static void add_rate(cJSON *rec, const char *prefix, const struct rate *x, doubl
     }
 }
 
+/* Per-interval bandwidth (--interval), from the side that measures the rate: the receiver for
+ * two-sided operations, the initiator for one-sided ones; bibw adds both sides per interval.
+ * Only whole intervals count for the lowest and the peak (the last one is usually cut short).
+ * Fills iv_min/iv_peak (NAN when there is no whole interval) for the text line. */
+static void add_intervals(cJSON *rec, const struct fs_run *r, uint64_t size,
+                          const struct fs_side_view *mine, const struct fs_side_view *theirs,
+                          cJSON *warnings, double *iv_min, double *iv_peak, size_t *iv_whole)
+{
+    *iv_min = *iv_peak = NAN;
+    *iv_whole = 0;
+    const int active = fs_ops[r->op].bw_role == FS_ROLE_ACTIVE;
+    const struct fs_counts *src[2];
+    uint64_t span[2];
+    int sides = 1;
+    if (r->pat == FS_PAT_BW) {
+        src[0] = active ? &r->peer_iv_rx : &r->iv_tx;
+        span[0] = active ? theirs->rx_span_ns : mine->tx_span_ns;
+    } else {
+        sides = 2;
+        src[0] = active ? &r->iv_rx : &r->iv_tx;
+        span[0] = active ? mine->rx_span_ns : mine->tx_span_ns;
+        src[1] = active ? &r->peer_iv_rx : &r->peer_iv_tx;
+        span[1] = active ? theirs->rx_span_ns : theirs->tx_span_ns;
+    }
+    const uint64_t len = r->interval_ns;
+    size_t n = 0;
+    for (int s = 0; s < sides; s++)
+        if (src[s]->n > n)
+            n = src[s]->n;
+    cJSON *iv = cJSON_AddObjectToObject(rec, "intervals");
+    cJSON_AddNumberToObject(iv, "length_s", r6((double)len / 1e9));
+    cJSON_AddStringToObject(iv, "measured_at", active ? "receiver (from its start)"
+                                                      : "initiator (from its first post)");
+    cJSON *msgs = cJSON_AddArrayToObject(iv, "messages");
+    cJSON *secs = cJSON_AddArrayToObject(iv, "seconds");
+    cJSON *gbps = cJSON_AddArrayToObject(iv, "bandwidth_gbps");
+    long min_at = -1;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t m = 0, dur = 0;
+        int whole = 1;
+        for (int s = 0; s < sides; s++) {
+            const struct fs_counts *c = src[s];
+            if (k < c->n)
+                m += c->v[k];
+            /* a side's last interval ends at its last event; before that they are whole */
+            uint64_t d = len;
+            if (k + 1 >= c->n) {
+                whole = 0;
+                d = k + 1 == c->n && span[s] > k * len ? span[s] - k * len : 0;
+                if (d > len)
+                    d = len;
+            }
+            if (d > dur)
+                dur = d;
+        }
+        double g = dur ? (double)m * (double)size * 8.0 / (double)dur : 0.0;
+        cJSON_AddItemToArray(msgs, cJSON_CreateNumber((double)m));
+        cJSON_AddItemToArray(secs, cJSON_CreateNumber(r6((double)dur / 1e9)));
+        cJSON_AddItemToArray(gbps, cJSON_CreateNumber(r6(g)));
+        if (whole) {
+            (*iv_whole)++;
+            if (isnan(*iv_min) || g < *iv_min) {
+                *iv_min = g;
+                min_at = (long)k;
+            }
+            if (isnan(*iv_peak) || g > *iv_peak)
+                *iv_peak = g;
+        }
+    }
+    cJSON_AddNumberToObject(iv, "whole", (double)*iv_whole);
+    if (min_at >= 0)
+        cJSON_AddNumberToObject(iv, "min_index", (double)min_at);
+    else
+        cJSON_AddNullToObject(iv, "min_index");
+    if (isnan(*iv_min)) {
+        cJSON_AddNullToObject(rec, "bandwidth_min_gbps");
+        cJSON_AddNullToObject(rec, "bandwidth_peak_gbps");
+        char w[200];
+        snprintf(w, sizeof w,
+                 "no whole %.3g s interval in this measurement: bandwidth_min_gbps and "
+                 "bandwidth_peak_gbps are null; raise --iters or --duration, or shorten --interval",
+                 (double)len / 1e9);
+        cJSON_AddItemToArray(warnings, cJSON_CreateString(w));
+    } else {
+        cJSON_AddNumberToObject(rec, "bandwidth_min_gbps", r6(*iv_min));
+        cJSON_AddNumberToObject(rec, "bandwidth_peak_gbps", r6(*iv_peak));
+    }
+    int dropped = 0;
+    for (int s = 0; s < sides; s++)
+        dropped |= src[s]->overflow;
+    dropped |= r->peer_iv_tx.overflow;
+    if (dropped)
+        cJSON_AddItemToArray(warnings,
+                             cJSON_CreateString("more than 4096 intervals: the later ones were not "
+                                                "kept; use a longer --interval"));
+}
+
+/* A backend that moves data over several flows (verbs QPs) lists them in its description as
+ * "flows": [{"completed": N, ...}], N = operations completed at this initiator in the measured
+ * phase. Each gets its rate over the initiator's span, so the flows add up to the sender's view
+ * (for RC one-sided operations, a completion is the target's acknowledgement). */
+static void add_flow_rates(cJSON *local, uint64_t size, const struct fs_side_view *mine)
+{
+    cJSON *flows = cJSON_GetObjectItemCaseSensitive(local, "flows");
+    cJSON *f;
+    if (!cJSON_IsArray(flows) || !mine->tx_span_ns)
+        return;
+    cJSON_ArrayForEach(f, flows)
+    {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(f, "completed");
+        if (cJSON_IsNumber(n))
+            cJSON_AddNumberToObject(f, "bandwidth_gbps",
+                                    r6(n->valuedouble * (double)size * 8.0 / (double)mine->tx_span_ns));
+    }
+}
+
 int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struct fs_side_view *mine,
                   const struct fs_side_view *theirs, const struct fs_side_view *warm,
                   const cJSON *peer_msg, const cJSON *peer_transport, struct fs_err *err)
@@ -108,6 +247,8 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
     cJSON_AddNumberToObject(rec, "duration_s", r6((double)mine->tx_span_ns / 1e9));
 
     double row[7] = {0};
+    double iv_min = NAN, iv_peak = NAN; /* --interval: lowest and highest whole interval */
+    size_t iv_whole = 0;
     if (r->pat == FS_PAT_LAT) {
         struct fs_summary s;
         fs_summarize(r->samples.v, r->samples.n, &s);
@@ -124,6 +265,7 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
         cJSON_AddNumberToObject(lat, "samples", (double)s.n);
         cJSON_AddNumberToObject(lat, "outliers", (double)s.outliers);
         cJSON_AddNumberToObject(lat, "mad", r3(s.mad / 1e3));
+        add_histogram(lat, r->samples.v, r->samples.n);
         if (s.n < 100) {
             char w[200];
             snprintf(w, sizeof w,
@@ -149,7 +291,7 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
             total.msgs_per_ns = a.msgs_per_ns + b.msgs_per_ns;
         }
         cJSON_AddStringToObject(rec, "bandwidth_measured_at",
-                                active ? "receiver (first to last arrival)"
+                                active ? "receiver (its start to the last arrival)"
                                        : "initiator (completions; remote-acknowledged)");
         add_rate(rec, "", &total, row);
         if (!total.valid)
@@ -171,6 +313,8 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
         }
         struct rate sender = tx_rate(mine, size);
         add_rate(rec, "sender_", &sender, NULL);
+        if (r->interval_ns)
+            add_intervals(rec, r, size, mine, theirs, warnings, &iv_min, &iv_peak, &iv_whole);
     }
 
     cJSON *cfg = cJSON_AddObjectToObject(rec, "config");
@@ -184,6 +328,8 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
     cJSON_AddStringToObject(tr, "control", r->ctl.peer_desc);
     cJSON *local = cJSON_AddObjectToObject(tr, "local");
     r->bops->describe(r->be, local);
+    if (r->pat != FS_PAT_LAT)
+        add_flow_rates(local, size, mine);
     cJSON_AddItemToObject(tr, "peer",
                           peer_transport ? cJSON_Duplicate(peer_transport, 1) : cJSON_CreateNull());
 
@@ -215,6 +361,9 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
         else
             fprintf(o->f, "%-10llu %10llu %12.3f %12.2f %14.4f\n", (unsigned long long)size,
                     (unsigned long long)mine->tx_msgs, row[0], row[1], row[2]);
+        if (r->pat != FS_PAT_LAT && r->interval_ns && iv_whole)
+            fprintf(o->f, "# %zu whole intervals of %g s: lowest %.3f Gb/s, peak %.3f Gb/s\n",
+                    iv_whole, (double)r->interval_ns / 1e9, iv_min, iv_peak);
         const cJSON *w;
         cJSON_ArrayForEach(w, warnings) fprintf(o->f, "# warning: %s\n", w->valuestring);
         fflush(o->f);

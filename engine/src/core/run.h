@@ -23,6 +23,16 @@ struct fs_side_view {
     uint64_t rx_lost;       /* lossy services: sent by the peer, never arrived */
 };
 
+/* Message counts per --interval of a measured bw/bibw phase: v[k] counts what completed (tx)
+ * or arrived (rx) in [t0 + k*len, t0 + (k+1)*len), t0 being the first post (tx) or the first
+ * arrival (rx, whose batch is left out as in the receiver's bandwidth). */
+#define FS_MAX_INTERVALS 4096
+struct fs_counts {
+    uint64_t *v;
+    size_t n, cap;
+    int overflow; /* counts past FS_MAX_INTERVALS were dropped */
+};
+
 struct fs_run {
     struct fs_spec spec;
     const struct fs_backend_ops *bops;
@@ -51,6 +61,10 @@ struct fs_run {
     int64_t peer_sent; /* -1 until the peer's "sent" arrives */
     struct cJSON *peer_done; /* a "phase_done" that arrived while we were still looping */
 
+    uint64_t interval_ns; /* effective --interval (0 = off), resolved by fs_run_validate */
+    uint64_t iv_ns;       /* interval_ns while a measured bw/bibw phase runs, else 0 */
+    struct fs_counts iv_tx, iv_rx, peer_iv_tx, peer_iv_rx;
+
     struct fs_cnt_snap cnt_before, cnt_after;
     char ctl_local[64], ctl_peer[64];
 };
@@ -60,6 +74,9 @@ enum fs_phase { FS_PHASE_WARMUP, FS_PHASE_MEASURE };
 /* Runs one phase (warmup or measure) for one size on this side; fills `mine`. */
 int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs_side_view *mine,
                  struct fs_err *err);
+/* Resolves --interval for this run (auto, off, or checked against the pattern and duration). */
+int fs_interval_resolve(struct fs_run *r, struct fs_err *err);
+
 /* Sends our view and waits for the peer's. */
 int fs_phase_exchange(struct fs_run *r, const struct fs_side_view *mine,
                       struct cJSON *extra, struct fs_side_view *theirs, struct cJSON **peer_msg,

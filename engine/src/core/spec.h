@@ -11,6 +11,7 @@ struct fs_spec {
     struct fs_size_list sizes;
     long iters;
     double duration;
+    double interval; /* --interval: seconds per bandwidth interval; -1 = auto, 0 = off */
     long warmup;
     double warmup_time;
     long tx_depth;
@@ -22,11 +23,16 @@ struct fs_spec {
     char listen[256];
     long control_fd;
     long session_open; /* the session hello was already done by `fabscope serve` */
+    long peer_fd;      /* client mode on a connected, authenticated socket from the front end */
+    int validate_only; /* parse and check the options, then exit (serve checks them at start) */
     long cpu;
     char format[8];
     int hold_cpu_latency;
     char clock[16];
     int options_json;
+    int counters_json;
+    int counters_serve;
+    int inventory_json;
     int help;
     int list_backends;
 };

@@ -83,3 +83,13 @@ int fs_summarize(double *v, size_t n, struct fs_summary *out)
     }
     return 0;
 }
+
+long fs_hist_index(double ns)
+{
+    int e;
+    double m = frexp(ns < 1.0 ? 1.0 : ns, &e); /* ns = m * 2^e, 0.5 <= m < 1 */
+    long sub = (long)((2.0 * m - 1.0) * FS_HIST_SUB_BUCKETS);
+    if (sub > FS_HIST_SUB_BUCKETS - 1)
+        sub = FS_HIST_SUB_BUCKETS - 1;
+    return (long)(e - 1) * FS_HIST_SUB_BUCKETS + sub;
+}

@@ -1,4 +1,6 @@
-/* Statistics over every sample: exact order statistics, no ring buffer, no histogram. */
+/* Statistics over every sample: exact order statistics, no ring buffer. Records also carry a
+ * compact log-linear histogram of the samples (for comparing two runs' distributions), never
+ * used for the percentiles themselves. */
 #ifndef FS_STATS_H
 #define FS_STATS_H
 
@@ -36,5 +38,12 @@ struct fs_summary {
  * so tests can compare against numpy exactly. */
 int fs_summarize(double *v, size_t n, struct fs_summary *out);
 double fs_percentile_sorted(const double *v, size_t n, double q);
+
+/* Log-linear histogram ("log2-linear" in the record): each power of two of nanoseconds is cut into
+ * FS_HIST_SUB_BUCKETS equal buckets, so a bucket is at most 1/32 of its lower bound wide and its
+ * midpoint is within 1.6 % of any sample in it. x < 1 ns counts as 1 ns. The front end decodes
+ * it (python/fabscope/results/histogram.py) with the same formula. */
+#define FS_HIST_SUB_BUCKETS 32
+long fs_hist_index(double ns);
 
 #endif

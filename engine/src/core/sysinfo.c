@@ -110,4 +110,13 @@ void fs_sysinfo_json(const struct fs_sysinfo *si, cJSON *obj)
     else
         cJSON_AddNullToObject(obj, "cpu");
     cJSON_AddStringToObject(obj, "cpus_allowed", si->cpus_allowed);
+    /* Which kernel boot this is: two engines with the same boot id share one machine (its CPUs,
+     * its scheduler) even when their host names differ (containers, network namespaces), so the
+     * front end can tell when two ranks bound to the same CPU time each other's time slices. */
+    char boot_id[64];
+    read_line("/proc/sys/kernel/random/boot_id", boot_id, sizeof boot_id);
+    if (boot_id[0])
+        cJSON_AddStringToObject(obj, "boot_id", boot_id);
+    else
+        cJSON_AddNullToObject(obj, "boot_id");
 }

@@ -4,7 +4,10 @@
  * backend. Only rank 0 prints records. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <dirent.h>
 #include <mpi.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -48,6 +51,95 @@ static int has_arg(int argc, char **argv, const char *name)
         if (strncmp(argv[i], name, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '='))
             return 1;
     return 0;
+}
+
+/* The value of --name=V or --name V, or NULL. */
+static const char *arg_value(int argc, char **argv, const char *name)
+{
+    size_t n = strlen(name);
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], name, n) != 0)
+            continue;
+        if (argv[i][n] == '=')
+            return argv[i] + n + 1;
+        if (argv[i][n] == '\0' && i + 1 < argc)
+            return argv[i + 1];
+    }
+    return NULL;
+}
+
+/* A usage error found before MPI_Init, said the way the engine says errors: a fabscope.error
+ * line on stdout for --format json, and the message on stderr (mpirun forwards both). */
+static int refuse(int argc, char **argv, const char *msg)
+{
+    const char *fmt = arg_value(argc, argv, "--format");
+    if (fmt && strcmp(fmt, "json") == 0) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "schema", "fabscope.error/1");
+        cJSON_AddNumberToObject(e, "exit_code", FS_EXIT_USAGE);
+        cJSON_AddStringToObject(e, "message", msg);
+        char *line = cJSON_PrintUnformatted(e);
+        if (line)
+            printf("%s\n", line);
+        fflush(stdout);
+        free(line);
+        cJSON_Delete(e);
+    }
+    fprintf(stderr, "fabscope-engine: %s\n", msg);
+    return FS_EXIT_USAGE;
+}
+
+/* Each rank checks --device on its own host before MPI starts: MPI itself would either ignore
+ * a device that is not there (no silent fallback, ever) or fail MPI_Init with a message about
+ * unreachable processes. A netdev (what btl_tcp_if_include and UCX's tcp transport name) or an
+ * RDMA device, optionally with ":PORT" as UCX_NET_DEVICES writes it. --bind has no MPI meaning:
+ * each rank's library picks its own source addresses. */
+static int check_host_options(int argc, char **argv)
+{
+    const char *backend = arg_value(argc, argv, "--backend");
+    if ((backend && strcmp(backend, "mpi") != 0) || has_arg(argc, argv, "--peer") ||
+        has_arg(argc, argv, "--listen") || has_arg(argc, argv, "--control-fd"))
+        return 0; /* a singleton running another backend's flows by hand */
+    if (has_arg(argc, argv, "--validate-only"))
+        return 0; /* run by the front end on its own host, which need not be a rank's host */
+    char msg[1024], host[256] = "";
+    gethostname(host, sizeof host - 1);
+    const char *bind_addr = arg_value(argc, argv, "--bind");
+    if (bind_addr && *bind_addr) {
+        snprintf(msg, sizeof msg,
+                 "--bind %s: the mpi backend cannot bind: MPI picks the source addresses of each "
+                 "rank itself. Name the device instead (--device NETDEV, mapped to Open MPI's "
+                 "btl_tcp_if_include and UCX_NET_DEVICES)",
+                 bind_addr);
+        return refuse(argc, argv, msg);
+    }
+    const char *dev = arg_value(argc, argv, "--device");
+    if (!dev || !*dev)
+        return 0;
+    char name[128], path[300];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(dev, ":"), dev);
+    snprintf(path, sizeof path, "/sys/class/infiniband/%s", name);
+    if (if_nametoindex(name) != 0 || access(path, F_OK) == 0)
+        return 0;
+    char have[600] = "";
+    size_t used = 0;
+    struct if_nameindex *ifs = if_nameindex();
+    for (struct if_nameindex *i = ifs; i && i->if_index && used < sizeof have; i++)
+        used += (size_t)snprintf(have + used, sizeof have - used, "%s%s", used ? ", " : "", i->if_name);
+    if (ifs)
+        if_freenameindex(ifs);
+    DIR *d = opendir("/sys/class/infiniband");
+    for (struct dirent *e; d && (e = readdir(d)) != NULL && used < sizeof have;)
+        if (e->d_name[0] != '.')
+            used += (size_t)snprintf(have + used, sizeof have - used, "%s%s (RDMA)", used ? ", " : "",
+                                     e->d_name);
+    if (d)
+        closedir(d);
+    snprintf(msg, sizeof msg,
+             "--device %s: no such network or RDMA device on host %s; it has: %s. Name one of "
+             "those (the same name must exist on both ranks' hosts)",
+             dev, host, have);
+    return refuse(argc, argv, msg);
 }
 
 /* Rank 1: listen where rank 0 can reach it (loopback when both share a node), accept one
@@ -131,6 +223,13 @@ static int run_client(int argc, char **argv, int same_node)
 int main(int argc, char **argv)
 {
     int provided = 0, rank = 0, size = 0;
+    /* Checking options needs no MPI: a singleton MPI_Init would start Open MPI's orted (and
+     * fail where it is not on PATH) only to be finalized again. */
+    if (has_arg(argc, argv, "--validate-only"))
+        return fs_engine_main(argc, argv);
+    int bad = check_host_options(argc, argv);
+    if (bad)
+        return bad;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SINGLE, &provided);
     /* The mpi backend reads the library's control variables (MPI_T) to report its choices. */
     MPI_T_init_thread(MPI_THREAD_SINGLE, &provided);
@@ -162,6 +261,8 @@ int main(int argc, char **argv)
     MPI_Sendrecv(me, sizeof me, MPI_CHAR, 1 - rank, 0, other, sizeof other, MPI_CHAR, 1 - rank, 0,
                  MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     int same_node = strcmp(me, other) == 0;
+    /* For the mpi backend's report (MPICH exposes no per-peer path, so locality decides it). */
+    setenv("FABSCOPE_MPI_PEER_HOST", other, 1);
     int rc = rank == 1 ? run_server(argc, argv, same_node) : run_client(argc, argv, same_node);
     /* Both engines end within their deadlines (the control channel tells each side when the
      * other failed). Rank 0 then says it is done (rank 1 may still be waiting for its

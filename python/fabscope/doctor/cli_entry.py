@@ -9,15 +9,15 @@ message and give EXIT_USAGE (2), never a traceback.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from fabscope.devices import discover, render_text, sysfs_root_from_env
-from fabscope.doctor import EXIT_USAGE, CommandRunner, Context, run_doctor
+from fabscope import argtypes
+from fabscope.devices import discover_with_engine, render_text, sysfs_root_from_env
+from fabscope.doctor import EXIT_USAGE, Context, run_doctor
 from fabscope.doctor import render_text as render_report
 
 
@@ -25,7 +25,7 @@ class UsageError(Exception):
     pass
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(argtypes.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{self.prog}: {message}\n{self.format_usage().strip()}")
 
@@ -39,13 +39,18 @@ def _common(prog: str, description: str) -> _Parser:
 
 
 def _check_root(root: Path) -> None:
-    if not root.is_dir():
+    try:
+        found = root.is_dir()
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        raise UsageError(f"--sysfs-root {argtypes.shown(str(root))}: {exc.strerror}") from None
+    if not found:
         raise UsageError(
-            f"--sysfs-root {root}: no such directory. It must be a sysfs tree (containing "
+            f"--sysfs-root {argtypes.shown(str(root))}: no such directory. It must be a sysfs tree (containing "
             f"class/net and, with RDMA, class/infiniband); leave it out to read /sys")
 
 
-def main_devices(argv: Sequence[str] | None = None) -> int:
+def main_devices(argv: Sequence[str] | None = None, parse_only: bool = False) -> int:
+    """parse_only: check the arguments, read nothing."""
     parser = _common("fabscope devices", "RDMA devices, ports, GIDs, netdevs, PCI and NUMA placement")
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
@@ -54,22 +59,22 @@ def main_devices(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
-    devinfo = None
-    if root.resolve() == Path("/sys") and (root / "class" / "infiniband").is_dir():
-        # Active/max MTU are not in sysfs; ibv_devinfo gets them with ibv_query_port().
-        res = CommandRunner().run(["ibv_devinfo", "-v"])
-        devinfo = res.stdout if res.ok else None
-    inv = discover(root, devinfo)
+    if parse_only:
+        return 0
+    inv = discover_with_engine(root)
     sys.stdout.write(inv.to_json() + "\n" if args.json else render_text(inv))
     return 0
 
 
-def main_doctor(argv: Sequence[str] | None = None) -> int:
+def main_doctor(argv: Sequence[str] | None = None, parse_only: bool = False) -> int:
+    """parse_only: check the arguments, run no check."""
     parser = _common("fabscope doctor", "check this host for known RDMA/HPC pitfalls, each with the fix")
     parser.add_argument("--expect-link-layer", choices=["InfiniBand", "Ethernet"], default=None,
                         help="report an error for any RDMA port with the other link layer")
-    parser.add_argument("--peer", metavar="HOST[:PORT]", default=None,
+    parser.add_argument("--peer", metavar="HOST[:PORT]", default=None, type=argtypes.host_port(18515),
                         help="also run the checks on a host running `fabscope serve`, and compare the two hosts")
+    parser.add_argument("--key-file", metavar="FILE", default=None,
+                        help="with --peer: the shared key of that `fabscope serve` (its --key-file)")
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
         root = sysfs_root_from_env(args.sysfs_root)
@@ -78,15 +83,23 @@ def main_doctor(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return EXIT_USAGE
     ctx = Context(sysfs_root=root, expected_link_layer=args.expect_link_layer)
+    if args.key_file and args.peer is None:
+        print("fabscope doctor: --key-file applies only with --peer HOST (the key of that host's serve)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if parse_only:
+        return 0
     if args.peer is None:
         report = run_doctor(ctx)
         sys.stdout.write(report.to_json() + "\n" if args.json else render_report(report))
         return report.exit_code
+    from fabscope.auth import load_key
     from fabscope.doctor.peer import fetch, report_from_dict
     from fabscope.errors import FabscopeError
 
     try:
-        peer_report, peer_facts = fetch(args.peer)
+        key = load_key(args.key_file) if args.key_file else None
+        peer_report, peer_facts = fetch(args.peer, key=key)
     except FabscopeError as exc:
         print(f"fabscope doctor: {exc.message}", file=sys.stderr)
         return exc.exit_code

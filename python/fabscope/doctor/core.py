@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fabscope.devices import Inventory, discover, table
+from fabscope.inventory import EngineInventory
+from fabscope.inventory import from_env_or_query as inventory_from_env_or_query
 
 SCHEMA = "fabscope.doctor/1"
 
@@ -73,7 +75,8 @@ class CommandRunner:
     ``overrides`` maps a tool name (``nft``) to the path of another executable; tests use
     it only for tools that cannot run here (a firewall rule set needs privileges and
     kernel state).  Results are cached per command line and environment, because several
-    checks read the same ``ompi_info`` or ``ucx_info`` output.
+    checks read the same ``ompi_info`` output.  (UCX and libfabric are not asked through
+    their tools' text: the engine's inventory, :attr:`Context.engine_inventory`, lists them.)
     """
 
     def __init__(self, overrides: Mapping[str, str] | None = None, timeout: float = 20.0) -> None:
@@ -120,8 +123,9 @@ class Context:
     dev_root: Path = Path("/dev")
     env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
     runner: CommandRunner = field(default_factory=CommandRunner)
-    # `ibv_devinfo -v` output; None = run the real tool when looking at the live /sys.
-    ibv_devinfo_text: str | None = None
+    # What the libraries offer (the engine's --inventory-json); None = ask this host's engine
+    # (or read $FABSCOPE_INVENTORY).  Tests pass the inventory that belongs to their sysfs copy.
+    engine_inventory_override: EngineInventory | None = None
     # The link layer the user expects on every RDMA port ("InfiniBand"/"Ethernet"), if any.
     expected_link_layer: str | None = None
     # CPUs this process may run on; None = os.sched_getaffinity(0) of the real process.
@@ -132,12 +136,22 @@ class Context:
         return os.path.realpath(self.sysfs_root) == "/sys"
 
     @cached_property
+    def engine_inventory(self) -> EngineInventory:
+        if self.engine_inventory_override is not None:
+            return self.engine_inventory_override
+        return inventory_from_env_or_query(self.env)
+
+    @property
+    def inventory_describes_sysfs(self) -> bool:
+        """The verbs part is of the host whose sysfs we read: the live host, or an inventory
+        given with (or for) the sysfs copy."""
+        return (self.live or self.engine_inventory_override is not None
+                or bool(self.env.get("FABSCOPE_INVENTORY")))
+
+    @cached_property
     def inventory(self) -> Inventory:
-        text = self.ibv_devinfo_text
-        if text is None and self.live and os.path.isdir("/sys/class/infiniband"):
-            res = self.runner.run(["ibv_devinfo", "-v"])
-            text = res.stdout if res.ok else None
-        return discover(self.sysfs_root, text)
+        verbs = self.engine_inventory.verbs if self.inventory_describes_sysfs else None
+        return discover(self.sysfs_root, verbs)
 
     def sys(self, rel: str) -> Path:
         return self.sysfs_root / rel

@@ -56,12 +56,11 @@ def collect_host_facts(ctx: Context) -> dict[str, Any]:
         r = run(["rpm", "-q", "--qf", "%{VERSION}-%{RELEASE}", "rdma-core"])
         if r.ok and r.stdout.strip():
             rdma_core = r.stdout.strip()
-    r = run(["ucx_info", "-v"])
-    ucx = _first(r"Version\s+(\S+)", r.stdout) if r.ok else None
     r = run(["ompi_info", "--version"])
     ompi = _first(r"Open MPI v(\S+)", r.stdout) if r.ok else None
-    r = run(["fi_info", "--version"])
-    ofi = _first(r"^libfabric:\s*(\S+)", r.stdout) if r.ok else None
+    # The versions of the UCX and libfabric the engine runs with, as the libraries report them.
+    libs = ctx.engine_inventory
+    ucx, ofi = libs.ucx.version, libs.ofi.version
     inv = ctx.inventory
     facts = HostFacts(
         hostname=socket.gethostname() if ctx.live else f"sysfs:{ctx.sysfs_root}",
@@ -112,9 +111,16 @@ def compare_hosts(local: HostFacts | dict[str, Any], peer: HostFacts | dict[str,
     pa = min(a.port_active_mtus.values(), default=None)
     pb = min(b.port_active_mtus.values(), default=None)
     if pa is not None and pb is not None and pa != pb:
+        small, big = (a, b) if pa < pb else (b, a)
         out.append(Finding(
-            "crosshost.rdma_mtu", "warn", f"RDMA active MTU differs: {pa} vs {pb}",
+            "crosshost.rdma_mtu", "warn", f"RDMA active MTU differs: {pa} on {a.hostname}, {pb} on "
+            f"{b.hostname}",
             f"{a.hostname}: {a.port_active_mtus}; {b.hostname}: {b.port_active_mtus}",
-            "a connection uses the smaller MTU; results differ from what each host reports alone",
-            "raise the netdev MTU (RoCE) or the SM partition MTU (IB) on the smaller side"))
+            "a connection uses the smaller MTU of the two ends; results differ from what each host "
+            "reports alone",
+            f"on {small.hostname}, the host with the smaller MTU: for RoCE give the port's netdev the "
+            f"MTU it has on {big.hostname} (e.g. `ip link set dev <netdev> mtu 9000`; that host's "
+            "`fabscope doctor` "
+            "ports.mtu finding names the netdev and whether the netdev or the RDMA side limits it); "
+            "for InfiniBand raise the SM partition MTU"))
     return out

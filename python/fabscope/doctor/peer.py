@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from .. import control
+from ..auth import Key
 from ..errors import EXIT_PEER, FabscopeError
 from . import Context, run_doctor
 from .core import Finding, Report
@@ -31,29 +32,18 @@ def answer(fd: int) -> int:
     return 0
 
 
-def fetch(peer: str, timeout_s: float = TIMEOUT_S) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Client side: the peer's report (as a dict) and its host facts."""
+def fetch(peer: str, timeout_s: float = TIMEOUT_S, key: Key | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Client side: the peer's report (as a dict) and its host facts. The hello and authentication
+    are the same as for an engine run (control.open_session)."""
+    sock = control.open_session(peer, "doctor", key, 10.0)
     host, port = control.split_hostport(peer)
-    try:
-        sock = socket.create_connection((host, port), timeout=10)
-    except OSError as exc:
-        raise FabscopeError(
-            f"cannot reach {host}:{port} ({exc.strerror or exc}). Start `fabscope serve --bind ADDR` there first",
-            EXIT_PEER,
-        ) from exc
+    desc = f"{host}:{port}"
     with sock:
-        greeting = control.recv(sock, 10, f"{host}:{port}")
-        if greeting.get("type") == "busy":
-            raise FabscopeError(f"{host}:{port} is busy: {greeting.get('message')}; try again when its run ends", EXIT_PEER)
-        control.check_proto(greeting, f"{host}:{port}")
-        if "doctor" not in greeting.get("services", []):
-            raise FabscopeError(f"{host}:{port} does not offer the doctor service (fabscope too old?)", EXIT_PEER)
-        control.send(sock, control.client_hello("doctor"), 10)
-        reply = control.recv(sock, timeout_s, f"{host}:{port}")
+        reply = control.recv(sock, timeout_s, desc)
     if reply.get("type") == "error":
-        raise FabscopeError(f"{host}:{port} reported: {reply.get('message')}", EXIT_PEER)
+        raise FabscopeError(f"{desc} reported: {reply.get('message')}", EXIT_PEER)
     if reply.get("type") != "doctor" or not isinstance(reply.get("report"), dict):
-        raise FabscopeError(f"{host}:{port} answered '{reply.get('type')}' instead of a doctor report", EXIT_PEER)
+        raise FabscopeError(f"{desc} answered '{reply.get('type')}' instead of a doctor report", EXIT_PEER)
     facts = reply.get("facts")
     return reply["report"], facts if isinstance(facts, dict) else {}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fabscope.devices import (
+    NetDev,
     Port,
     RdmaDevice,
     netdev_mtu_for_roce_mtu,
@@ -138,9 +139,53 @@ def check_link_layer(ctx: Context) -> list[Finding]:
     return out
 
 
+def _roce_mtu_finding(fid: str, name: str, p: Port, nd: NetDev | None, ev: str) -> Finding:
+    """RoCE: the active MTU is min(max MTU, what the netdev MTU leaves after the RoCE headers).
+    Below that the RDMA side did not follow its netdev; at that but below max the netdev MTU
+    is what holds it back."""
+    assert p.active_mtu is not None
+    nd_name = nd.name if nd is not None else (p.netdev or "<netdev>")
+    nd_mtu = nd.mtu if nd is not None else None
+    allowed = roce_active_mtu_from_netdev(nd_mtu) if nd_mtu is not None else None
+    if allowed is not None and p.max_mtu is not None:
+        allowed = min(allowed, p.max_mtu)
+    if allowed is not None and p.active_mtu < allowed:
+        return Finding(
+            fid, "warn", f"{name}: active MTU {p.active_mtu} below the {allowed} its netdev "
+            f"{nd_name} (MTU {nd_mtu}) allows", ev,
+            "the RDMA port did not follow its netdev's MTU (RoCE takes it from the netdev when the "
+            "device is created and on every MTU change); every message is cut into "
+            f"{p.active_mtu}-byte packets",
+            "fix it on the RDMA side: for rxe/siw re-create the device "
+            f"(`rdma link delete {name.split('/')[0]}; rdma link add {name.split('/')[0]} type rxe "
+            f"netdev {nd_name}`); for a hardware NIC set the MTU again so the driver hears it "
+            f"(`ip link set dev {nd_name} mtu {nd_mtu}`) or reload its driver, and check the "
+            "firmware's RoCE MTU setting")
+    target = p.max_mtu or 4096
+    if allowed is not None and allowed < target:
+        need = netdev_mtu_for_roce_mtu(target)
+        return Finding(
+            fid, "warn", f"{name}: netdev {nd_name} MTU {nd_mtu} limits RoCE to {p.active_mtu}-byte "
+            f"packets (the port can do {target})", ev,
+            f"RoCE's MTU follows the netdev MTU minus {netdev_mtu_for_roce_mtu(0)} bytes of RoCE "
+            f"headers; {target}-byte RoCE packets need a netdev MTU of at least {need} (4096 itself "
+            f"only gives {roce_active_mtu_from_netdev(4096)})",
+            f"fix the netdev MTU on both hosts and jumbo frames on the switch ports: "
+            f"`ip link set dev {nd_name} mtu 9000`")
+    if p.max_mtu is not None and p.active_mtu < p.max_mtu:
+        return Finding(fid, "warn", f"{name}: active MTU {p.active_mtu} below max {p.max_mtu}", ev,
+                       "the netdev MTU is unknown, so fabscope cannot tell which side limits it",
+                       f"read the netdev MTU (`ip link show {nd_name}`): below "
+                       f"{netdev_mtu_for_roce_mtu(p.max_mtu)} fix the netdev "
+                       f"(`ip link set dev {nd_name} mtu 9000`, and jumbo frames on the switch); "
+                       "at or above it the RDMA device did not follow its netdev: reload its "
+                       "driver or re-create it")
+    return Finding(fid, "ok", f"{name}: active MTU {p.active_mtu}", ev)
+
+
 @check("ports.mtu", "ports")
 def check_mtu(ctx: Context) -> list[Finding]:
-    """Active vs max MTU, and for RoCE the netdev MTU the active MTU follows."""
+    """Active vs max MTU; on RoCE which side (RDMA device or netdev) holds it back."""
     inv = ctx.inventory
     if not inv.rdma_devices:
         return _no_rdma("ports.mtu")
@@ -148,37 +193,24 @@ def check_mtu(ctx: Context) -> list[Finding]:
     for d, p in inv.ports():
         fid = f"ports.mtu.{_pname(d, p)}"
         nd = inv.netdev(p.netdev)
-        nd_mtu = nd.mtu if nd else None
         ev = (f"active_mtu {p.active_mtu or 'unknown'}, max_mtu {p.max_mtu or 'unknown'} "
               f"(source: {p.mtu_source})")
         if nd is not None:
-            ev += f"; netdev {nd.name} mtu {nd_mtu if nd_mtu is not None else 'unknown'}"
+            ev += f"; netdev {nd.name} mtu {nd.mtu if nd.mtu is not None else 'unknown'}"
         if p.active_mtu is None:
             out.append(Finding(fid, "info", f"{_pname(d, p)}: active MTU unknown", ev,
-                               "sysfs has no MTU file; it comes from ibv_query_port()",
-                               f"`ibv_devinfo -d {d.name} -i {p.num}` shows active_mtu and max_mtu"))
-            continue
-        if p.max_mtu is not None and p.active_mtu < p.max_mtu:
-            if p.is_ethernet:
-                need = netdev_mtu_for_roce_mtu(p.max_mtu)
-                fix = (f"raise the netdev MTU on both hosts and the switch ports: "
-                       f"`ip link set {p.netdev or '<netdev>'} mtu 9000` (>= {need} gives RoCE MTU "
-                       f"{p.max_mtu}; note 4096 itself only gives {roce_active_mtu_from_netdev(4096)})")
-                why = ("RoCE's active MTU follows the netdev MTU minus the RoCE headers; every "
-                       f"message is cut into {p.active_mtu}-byte packets, costing bandwidth and message rate")
-            else:
-                fix = ("raise the partition MTU in the subnet manager (opensm partitions.conf: "
-                       "`Default=0x7fff, ipoib, mtu=5 : ALL=full;` for 4096) and restart opensm")
-                why = f"the SM set a path MTU of {p.active_mtu} on a port that supports {p.max_mtu}"
-            out.append(Finding(fid, "warn", f"{_pname(d, p)}: active MTU {p.active_mtu} below max {p.max_mtu}",
-                               ev, why, fix))
-        elif p.is_ethernet and nd_mtu is not None and roce_active_mtu_from_netdev(nd_mtu) < 4096:
-            out.append(Finding(fid, "warn",
-                               f"{_pname(d, p)}: netdev MTU {nd_mtu} limits RoCE to {p.active_mtu}-byte packets",
-                               ev, "RoCE's MTU follows the netdev MTU; 4096-byte RoCE packets need a "
-                               f"netdev MTU of at least {netdev_mtu_for_roce_mtu(4096)}",
-                               f"`ip link set {nd.name if nd else '<netdev>'} mtu 9000` on both hosts "
-                               "(and jumbo frames on the switch)"))
+                               "sysfs has no MTU file; it comes from ibv_query_port(), which the "
+                               "engine's inventory did not provide for this port",
+                               "`fabscope-engine --inventory-json` shows active_mtu and max_mtu "
+                               "(`make setup` builds it with libibverbs)"))
+        elif p.is_ethernet:
+            out.append(_roce_mtu_finding(fid, _pname(d, p), p, nd, ev))
+        elif p.max_mtu is not None and p.active_mtu < p.max_mtu:
+            out.append(Finding(
+                fid, "warn", f"{_pname(d, p)}: active MTU {p.active_mtu} below max {p.max_mtu}", ev,
+                f"the SM set a path MTU of {p.active_mtu} on a port that supports {p.max_mtu}",
+                "raise the partition MTU in the subnet manager (opensm partitions.conf: "
+                "`Default=0x7fff, ipoib, mtu=5 : ALL=full;` for 4096) and restart opensm"))
         else:
             out.append(Finding(fid, "ok", f"{_pname(d, p)}: active MTU {p.active_mtu}", ev))
     return out

@@ -1,39 +1,41 @@
-"""Renderers: text (perftest-like, with notes), CSV, Markdown, JSON lines."""
+"""Renderers: text (perftest-like, with notes), CSV, Markdown, JSON lines, all from typed results
+(``fabscope.results.Result``); JSON is the record itself (``Result.to_json``), so nothing is lost."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
-from ..path import render_path_text
-from .table import Record, Table, cell, group_key, table_for
+from ..results import Result
+from ..results.pathtext import render_path_text
+from .markdown import markdown_table
+from .table import Table, cell, table_for
 
 # cpuidle drivers whose idle states cost tens of microseconds to leave (measured here: haltpoll
 # pays ~40 us per blocking message on a quiet machine).
 DEEP_IDLE_DRIVERS = {"haltpoll", "intel_idle", "acpi_idle"}
 
 
-def groups(records: Iterable[Record]) -> dict[tuple[str, str, str], list[Record]]:
-    out: dict[tuple[str, str, str], list[Record]] = {}
-    for rec in records:
-        out.setdefault(group_key(rec), []).append(rec)
+def groups(results: Iterable[Result]) -> dict[tuple[str, str, str], list[Result]]:
+    out: dict[tuple[str, str, str], list[Result]] = {}
+    for res in results:
+        out.setdefault(res.group, []).append(res)
     return out
 
 
-def idle_note(rec: Record) -> str | None:
+def idle_note(res: Result) -> str | None:
     """Why a blocking latency run may show wake-up cost, and what to try."""
-    host = rec.get("host") or {}
-    transport = rec.get("transport") or {}
-    driver = host.get("cpuidle_driver") or ""
-    if rec.get("pattern") != "lat" or transport.get("poll") != "block":
+    host = res.host
+    if res.pattern != "lat" or res.transport.poll != "block" or host is None:
         return None
-    if driver not in DEEP_IDLE_DRIVERS or host.get("cpu_dma_latency_held"):
+    driver = host.cpuidle_driver or ""
+    if driver not in DEEP_IDLE_DRIVERS or host.cpu_dma_latency_held:
         return None
     return (
         f"note: this run waited in the kernel (--poll block) while the CPUs idle with cpuidle driver "
-        f"'{driver}' (governor '{host.get('cpuidle_governor')}'). Each wake-up from idle adds its exit "
+        f"'{driver}' (governor '{host.cpuidle_governor}'). Each wake-up from idle adds its exit "
         "latency to every message (about 40 us per message on a quiet haltpoll VM). "
         "Try --poll busy, or --hold-cpu-latency (holds /dev/cpu_dma_latency at 0 during the run)."
     )
@@ -53,52 +55,53 @@ def _text_table(t: Table) -> str:
     return "\n".join(lines)
 
 
-def header(rec: Record) -> str:
-    tr = rec.get("transport") or {}
-    local = tr.get("local") or {}
-    where = local.get("local_address") or local.get("device") or ""
-    peer = local.get("peer_address") or tr.get("control") or ""
-    parts = [
-        f"backend {rec.get('backend')}",
-        f"op {rec.get('op')}",
-        f"pattern {rec.get('pattern')}",
-        f"poll {tr.get('poll')}",
-    ]
+def header(res: Result) -> str:
+    tr = res.transport
+    where = tr.local.get("local_address") or tr.local.get("device") or ""
+    peer = tr.local.get("peer_address") or tr.control or ""
+    parts = [f"backend {res.backend}", f"op {res.op}", f"pattern {res.pattern}", f"poll {tr.poll}"]
     if where or peer:
         parts.append(f"{where} -> {peer}")
-    launcher = tr.get("launcher") or {}
+    launcher = tr.launcher or {}
     if launcher.get("name"):
         plugin = launcher.get("mpi_plugin")
         parts.append(f"launcher {launcher.get('binary') or launcher['name']}" + (f" --mpi={plugin}" if plugin else ""))
     line = "# " + " | ".join(parts)
-    if rec.get("pattern") == "lat":
-        line += f"\n# latency: {rec.get('latency_definition', '')}"
+    if res.pattern == "lat":
+        line += f"\n# latency: {res.latency_definition or ''}"
     else:
-        line += f"\n# bandwidth measured at the {rec.get('bandwidth_measured_at', '')}; Gb/s = 10^9 bit/s, MB/s = 10^6 B/s"
+        at = res.bandwidth.measured_at if res.bandwidth else ""
+        line += f"\n# bandwidth measured at the {at or ''}; Gb/s = 10^9 bit/s, MB/s = 10^6 B/s"
     return line
 
 
-def _path_lines(recs: list[Record]) -> list[str]:
+def _path_lines(results: list[Result]) -> list[str]:
     """Every misrouted size, loudly; otherwise one line for the group (the largest size)."""
-    paths = [r["path"] for r in recs if r.get("path")]
-    bad = [render_path_text(p) for p in paths if p.get("verdict") == "misrouted"]
+    bad = [render_path_text(r.path.raw) for r in results if r.misrouted]
     if bad:
-        return bad
-    return [f"# {render_path_text(paths[-1])}"] if paths else []
+        return list(dict.fromkeys(bad))
+    return [f"# {render_path_text(results[-1].path.raw)}"] if results else []
 
 
-def render_text(records: list[Record]) -> str:
+def no_effect_lines(results: Sequence[Result]) -> list[str]:
+    """Settings the transport reported it ignored, each once (text, Markdown and CSV show them)."""
+    lines = [s for r in results for s in r.settings_without_effect]
+    return list(dict.fromkeys(lines))
+
+
+def render_text(results: Sequence[Result]) -> str:
     out: list[str] = []
-    for recs in groups(records).values():
+    for recs in groups(results).values():
         out.append(header(recs[0]))
         out.append(_text_table(table_for(recs)))
         seen: set[str] = set()
         for rec in recs:
-            for w in rec.get("warnings") or []:
-                msg = f"# warning ({rec.get('size')} B): {w}"
+            for w in rec.warnings:
+                msg = f"# warning ({rec.size} B): {w}"
                 if msg not in seen:
                     seen.add(msg)
                     out.append(msg)
+        out += [f"# setting had no effect: {line}" for line in no_effect_lines(recs)]
         out += _path_lines(recs)
         note = idle_note(recs[0])
         if note:
@@ -107,38 +110,41 @@ def render_text(records: list[Record]) -> str:
     return "\n".join(out)
 
 
-def render_csv(records: list[Record]) -> str:
+CSV_KEYS = ["backend", "op", "pattern", "size", "iterations", "warmup",
+            "lat_min_us", "lat_p50_us", "lat_mean_us", "lat_stdev_us", "lat_p99_us", "lat_p999_us", "lat_max_us",
+            "bandwidth_gbps", "bandwidth_MBps", "msg_rate_mpps", "poll", "path_verdict",
+            "path_requested", "settings_without_effect"]
+
+
+def render_csv(results: Sequence[Result]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)
-    keys = ["backend", "op", "pattern", "size", "iterations", "warmup",
-            "lat_min_us", "lat_p50_us", "lat_mean_us", "lat_stdev_us", "lat_p99_us", "lat_p999_us", "lat_max_us",
-            "bandwidth_gbps", "bandwidth_MBps", "msg_rate_mpps", "poll", "path_verdict"]
-    writer.writerow(keys)
-    for rec in records:
-        lat = rec.get("latency_us") or {}
-        row = [rec.get(k) for k in keys[:6]]
-        row += [lat.get(k) for k in ("min", "p50", "mean", "stdev", "p99", "p999", "max")]
-        row += [rec.get(k) for k in ("bandwidth_gbps", "bandwidth_MBps", "msg_rate_mpps")]
-        row += [(rec.get("transport") or {}).get("poll"), (rec.get("path") or {}).get("verdict")]
+    writer.writerow(CSV_KEYS)
+    for r in results:
+        lat, bw = r.latency, r.bandwidth
+        row: list[object] = [r.backend, r.op, r.pattern, r.size, r.iterations, r.warmup]
+        row += [getattr(lat, k) if lat else None for k in ("min", "p50", "mean", "stdev", "p99", "p999", "max")]
+        row += [bw.gbps, bw.mbps, bw.msg_rate_mpps] if bw else [None, None, None]
+        row += [r.transport.poll, r.path.verdict, r.path.requested, "; ".join(r.settings_without_effect)]
         writer.writerow(["" if v is None else v for v in row])
     return buf.getvalue()
 
 
-def render_md(records: list[Record]) -> str:
+def render_md(results: Sequence[Result]) -> str:
     out: list[str] = []
-    for (backend, op, pattern), recs in groups(records).items():
+    for (backend, op, pattern), recs in groups(results).items():
         t = table_for(recs)
         out.append(f"### {backend} {op} {pattern}\n")
-        out.append("| " + " | ".join(c.title for c in t.columns) + " |")
-        out.append("|" + "|".join("---:" for _ in t.columns) + "|")
-        for row in t.rows:
-            out.append("| " + " | ".join(cell(c, v) for c, v in zip(t.columns, row, strict=True)) + " |")
-        out.append("")
+        out.append(markdown_table(t))  # report/markdown.py: the one writer of Markdown tables
+        out += [f"> setting had no effect: {line}\n" for line in no_effect_lines(recs)]
+        out += [f"> **{line}**\n" for r in recs if r.misrouted for line in render_path_text(r.path.raw).splitlines()]
     return "\n".join(out)
 
 
-def render_json(records: list[Record]) -> str:
-    return "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+def render_json(results: Sequence[Result]) -> str:
+    return "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in results)
 
 
-RENDERERS = {"text": render_text, "csv": render_csv, "md": render_md, "json": render_json}
+RENDERERS: dict[str, Callable[[Sequence[Result]], str]] = {
+    "text": render_text, "csv": render_csv, "md": render_md, "json": render_json,
+}

@@ -1,11 +1,12 @@
-"""The table model: a column list and rows of values, built from result records."""
+"""The table model: a column list and rows of values, built from typed results (``fabscope.results``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-Record = dict[str, Any]
+from ..results import Result
 
 
 @dataclass(frozen=True)
@@ -42,29 +43,38 @@ BW_COLUMNS = [
     Column("msg_rate_mpps", "MsgRate[Mpps]", "{:.4f}"),
 ]
 PATH_COLUMN = Column("path", "path")
+LAT_KEYS = ("min", "p50", "mean", "stdev", "p99", "p999", "max", "outliers")
 
 
-def group_key(rec: Record) -> tuple[str, str, str]:
-    return (str(rec.get("backend")), str(rec.get("op")), str(rec.get("pattern")))
+def group_key(res: Result) -> tuple[str, str, str]:
+    return res.group
 
 
-def value(rec: Record, key: str) -> Any:
-    if key in ("min", "p50", "mean", "stdev", "p99", "p999", "max", "outliers"):
-        lat = rec.get("latency_us") or {}
-        return lat.get(key)
+def value(res: Result, key: str) -> Any:
+    """The value of one column of a result."""
+    if key in LAT_KEYS:
+        return getattr(res.latency, key) if res.latency else None
+    bw = res.bandwidth
+    if key == "bandwidth_gbps":
+        return bw.gbps if bw else None
+    if key == "bandwidth_MBps":
+        return bw.mbps if bw else None
+    if key == "msg_rate_mpps":
+        return bw.msg_rate_mpps if bw else None
     if key == "path":
-        path = rec.get("path") or {}
-        return path.get("verdict")
-    return rec.get(key)
+        return res.path.verdict
+    if key == "size":
+        return res.size
+    if key == "iterations":
+        return res.iterations
+    raise KeyError(key)
 
 
-def table_for(records: list[Record]) -> Table:
-    """One table for records of one (backend, op, pattern)."""
-    lat = bool(records) and records[0].get("pattern") == "lat"
-    columns = list(LAT_COLUMNS if lat else BW_COLUMNS)
-    if any("path" in r for r in records):
-        columns.append(PATH_COLUMN)
-    return Table(columns, [[value(r, c.key) for c in columns] for r in records])
+def table_for(results: Sequence[Result]) -> Table:
+    """One table for results of one (backend, op, pattern)."""
+    lat = bool(results) and results[0].pattern == "lat"
+    columns = list(LAT_COLUMNS if lat else BW_COLUMNS) + [PATH_COLUMN]
+    return Table(columns, [[value(r, c.key) for c in columns] for r in results])
 
 
 def cell(col: Column, v: Any) -> str:
@@ -73,26 +83,3 @@ def cell(col: Column, v: Any) -> str:
     if isinstance(v, float) or (isinstance(v, int) and "f" in col.fmt):
         return col.fmt.format(float(v))
     return str(v)
-
-
-def carried_by(rec: Record) -> str:
-    """One phrase for what actually carried a run, from the backend's own transport report."""
-    local = (rec.get("transport") or {}).get("local") or {}
-    kind = local.get("kind")
-    if kind == "tcp":
-        return f"tcp via {local.get('bound_device') or local.get('address_owner') or '?'}"
-    if kind == "ucx":
-        return f"ucx {'+'.join(local.get('transports') or [])} on {'+'.join(local.get('devices') or [])}"
-    if kind == "ofi":
-        return f"ofi {local.get('provider')} on {local.get('domain')}"
-    if kind == "mpi":
-        sel = local.get("selected") or {}
-        if sel.get("pml"):
-            btl = sel.get("btl") or {}
-            btls = "+".join(sorted({b for v in btl.values() if isinstance(v, list) for b in v}))
-            return f"mpi pml {sel.get('pml')}" + (f" btl {btls}" if btls else "") + (
-                f" mtl {sel['mtl']}" if sel.get("mtl") else "")
-        return f"mpi {sel.get('device') or local.get('library', '')[:40]}"
-    if kind == "verbs":
-        return f"verbs {local.get('device', '?')}/{local.get('port', '?')} {local.get('qp_type', '')}".strip()
-    return str(kind or "?")

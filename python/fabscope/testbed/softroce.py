@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from .. import argtypes
 from .lock import exclusive
 
 log = logging.getLogger("fabscope.testbed.softroce")
@@ -122,7 +123,8 @@ DEFAULT_TIMEOUT_S = 600.0
 SERVER_HEAD_START_S = 3.0
 # Grace for a guest to power off after its command reported its exit status.
 POWEROFF_GRACE_S = 20.0
-DEFAULT_SERVER_CMD: tuple[str, ...] = ("fabscope", "serve", "--bind", "0.0.0.0")
+# The guests' network is private to their two qemu processes, so serve listens there without a key.
+DEFAULT_SERVER_CMD: tuple[str, ...] = ("fabscope", "serve", "--bind", "0.0.0.0", "--insecure-no-auth")
 ENGINE_REL_PATH = "build/engine/fabscope-engine"
 SUBNET = "192.168.77"
 GUEST_MEMORY_MB = 1024
@@ -1002,7 +1004,7 @@ def run(
     (the guest itself when alone).
 
     With ``two_guests`` a server guest (192.168.77.1) runs ``server_cmd``
-    (default ``fabscope serve --bind 0.0.0.0``) and the client guest
+    (default ``fabscope serve --bind 0.0.0.0 --insecure-no-auth``) and the client guest
     (192.168.77.2) runs ``cmd`` once the server has had a head start. Their
     only link is a qemu socket on 127.0.0.1.
 
@@ -1298,11 +1300,11 @@ def _manifest_version(img: Image, pkg: str) -> str:
 
 def _parser() -> argparse.ArgumentParser:
     # Common options belong to every subcommand, so `run -v` and `build --cache-dir D` both work.
-    common = argparse.ArgumentParser(add_help=False)
+    common = argtypes.ArgumentParser(add_help=False)
     common.add_argument("--cache-dir", type=Path, default=None,
                         help="image cache (default ${FABSCOPE_CACHE:-/var/cache/fabscope}/softroce)")
     common.add_argument("-v", "--verbose", action="store_true", help="progress and timings on stderr")
-    p = argparse.ArgumentParser(
+    p = argtypes.ArgumentParser(
         prog="fabscope testbed softroce",
         description="Soft-RoCE testbed: qemu guest(s) with a real rdma_rxe verbs device.",
     )
@@ -1315,10 +1317,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--two-guests", action="store_true",
                    help="server guest + client guest joined by a qemu socket link on 127.0.0.1")
     r.add_argument("--siw", action="store_true", help="siw0 (soft iWARP) instead of rxe0")
-    r.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+    r.add_argument("--timeout", type=argtypes.finite_float(1, 86400), default=DEFAULT_TIMEOUT_S, metavar="S",
                    help=f"kill the guest(s) and fail after S seconds (default {DEFAULT_TIMEOUT_S:g})")
-    r.add_argument("--server-cmd", default=None, metavar="'CMD ARGS'",
-                   help="server guest's command, shell-quoted (default: fabscope serve --bind 0.0.0.0)")
+    r.add_argument("--server-cmd", default=None, metavar="'CMD ARGS'", type=_shell_words,
+                   help="server guest's command, shell-quoted (default: fabscope serve --bind 0.0.0.0 --insecure-no-auth)")
     r.add_argument("--out", type=Path, default=None, metavar="DIR",
                    help="host directory mounted read-write at /out in the guest(s)")
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
@@ -1329,8 +1331,22 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def _shell_words(value: str) -> list[str]:
+    """argparse type for --server-cmd: a shell-quoted command line, split as the shell would."""
+    try:
+        words = shlex.split(value)
+    except ValueError as exc:  # "No closing quotation"
+        raise argparse.ArgumentTypeError(f"{argtypes.shown(value)}: {exc} (quote it as a shell would)") from None
+    if not words:
+        raise argparse.ArgumentTypeError("an empty command")
+    return words
+
+
+def main(argv: list[str] | None = None, parse_only: bool = False) -> int:
+    """parse_only: check the arguments, do nothing."""
     args = _parser().parse_args(argv)
+    if parse_only:
+        return 0
     logging.basicConfig(
         level=logging.INFO if (args.verbose or args.action in ("build", "capture-sysfs")) else logging.WARNING,
         format="softroce: %(message)s", stream=sys.stderr,
@@ -1348,7 +1364,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd = list(args.cmd)
             if cmd and cmd[0] == "--":
                 cmd = cmd[1:]
-            server_cmd = shlex.split(args.server_cmd) if args.server_cmd else None
+            server_cmd: list[str] | None = args.server_cmd
             return run(cmd, two_guests=args.two_guests, siw=args.siw, timeout_s=args.timeout,
                        server_cmd=server_cmd, cache_dir=cache, out_dir=args.out)
         if args.action == "capture-sysfs":

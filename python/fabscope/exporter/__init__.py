@@ -1,0 +1,167 @@
+"""`fabscope exporter`: the fabric's counters and fabscope's latest results for Prometheus.
+
+Each scrape runs ``fabscope-engine --counters-json`` (the engine is the only counter reader) and turns
+its raw snapshot into metric families with ``prometheus_client``:
+
+* every RDMA port (labels device, port, link_layer, netdev, node_guid): data bytes (IB
+  ``port_{xmit,rcv}_data`` count 4-byte words; the words-to-bytes rule is the path verdict's own),
+  packets, unicast/multicast packets, the PMA error counters, every ``hw_counters`` entry of every
+  driver (per port, and device-wide where the driver keeps them there, as hfi1 does), state,
+  physical state, rate in bytes/s, active MTU, and which counters are saturated or unreadable
+  (iWARP ports have no PMA);
+* every netdev (label netdev, and rdma_device when it backs an RDMA port): bytes, packets, errors,
+  drops, and for those behind RDMA ports the pause/PFC/ECN/CNP entries of the driver's ethtool
+  statistics;
+* fabscope's latest result of each case (latency p50/p99, bandwidth, the path verdict as a labelled
+  gauge) from the history store and ``--results`` files, and the newest fabric matrix's findings.
+
+Counters that wrap at 32 bits are unwound between scrapes (state per series), so ``rate()`` never
+sees a bogus reset; a counter the driver resets goes down in the output too, which Prometheus reads
+as the reset it is, never as a negative rate.
+
+Modules: ``snapshot`` (the engine's snapshot, reading it, unwinding wraps), ``collector`` (metric
+names, help texts and families; active MTU from the inventory), ``results`` (the history store and
+report files); this one serves ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import EXIT_USAGE, FabscopeError
+from .collector import ActiveMtu, FabscopeCollector, iter_metric_names, render
+from .results import ResultsSource
+from .snapshot import CounterUnwrapper, counters_snapshot
+
+__all__ = [
+    "DEFAULT_LISTEN",
+    "DEFAULT_PORT",
+    "ActiveMtu",
+    "CounterUnwrapper",
+    "FabscopeCollector",
+    "ResultsSource",
+    "check_excludes",
+    "counters_snapshot",
+    "iter_metric_names",
+    "render",
+    "serve",
+]
+
+DEFAULT_PORT = 9730
+DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
+
+
+def _is_loopback(addr: str) -> bool:
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return addr == "localhost"
+
+
+def _store_path(asked: Path | None) -> Path | None:
+    """--store PATH must exist (a typo is not an empty history); without it, the default history
+    file when there is one."""
+    from ..store import default_path
+
+    if asked is not None:
+        if not asked.is_file():
+            raise FabscopeError(
+                f"--store {asked}: no such history file; `fabscope run` writes {default_path()} by default "
+                "(give that, or the file its --store named)", EXIT_USAGE)
+        return asked
+    default = default_path()
+    return default if default.is_file() else None
+
+
+def check_excludes(engine: Path, sysfs_root: str | None, exclude: Sequence[str]) -> None:
+    """An --exclude-devices name that matches nothing is a typo, not a no-op (no silent fallback)."""
+    if not exclude:
+        return
+    snap = counters_snapshot(engine, sysfs_root)
+    known = sorted({str(p.get("device")) for p in snap.get("rdma", [])} | {str(n.get("name")) for n in snap.get("net", [])})
+    unknown = [d for d in exclude if d not in known]
+    if unknown:
+        raise FabscopeError(
+            f"--exclude-devices names {', '.join(unknown)}, which this host does not have; it has "
+            f"{', '.join(known) or 'no RDMA devices or netdevs'}. Fix the name(s) or drop them",
+            EXIT_USAGE,
+        )
+
+
+def serve(
+    listen: str,
+    *,
+    sysfs_root: str | None = None,
+    exclude: Sequence[str] = (),
+    results: Sequence[Path] = (),
+    store: Path | None = None,
+    engine: Path | None = None,
+) -> int:
+    """Serve /metrics until interrupted. Loopback by default, like `fabscope serve`."""
+    import http.server
+    import socket
+
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import MetricsHandler
+
+    from ..control import split_hostport
+    from ..engine import engine_path
+
+    addr, port = split_hostport(listen, DEFAULT_PORT)
+    exe = engine or engine_path()
+    missing = [str(f) for f in results if not Path(f).is_file()]
+    if missing:
+        raise FabscopeError(
+            f"--results {', '.join(missing)}: no such file; give JSON-lines files written by "
+            "`fabscope run --format json` or `fabscope suite`",
+            EXIT_USAGE,
+        )
+    check_excludes(exe, sysfs_root, exclude)
+    mtu = None
+    if sysfs_root is None or os.environ.get("FABSCOPE_INVENTORY"):
+        # Live libraries describe the live host only; a --sysfs-root copy needs its saved inventory.
+        from ..inventory import from_env_or_query
+
+        mtu = ActiveMtu(from_env_or_query)
+        mtu.start()
+    collector = FabscopeCollector(exe, sysfs_root=sysfs_root, exclude=exclude,
+                                  results=ResultsSource(list(results), store=_store_path(store)), active_mtu=mtu)
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(collector)
+
+    class TextMetricsHandler(MetricsHandler.factory(reg)):  # type: ignore[misc]
+        """The Prometheus text format whatever the Accept header prefers, as node_exporter serves it
+        by default: prometheus_client's OpenMetrics encoder takes twice as long for the same samples
+        (bench/exporter_scrape.py: ~100 ms against ~50 ms for 64 ports), and this exporter has
+        nothing OpenMetrics adds (no exemplars, no created timestamps)."""
+
+        def do_GET(self) -> None:
+            del self.headers["Accept"]
+            super().do_GET()
+
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+
+    try:
+        httpd = Server((addr, port), TextMetricsHandler)
+    except OSError as exc:
+        raise FabscopeError(
+            f"cannot listen on {listen}: {exc.strerror}; pick a free port (--listen ADDR:PORT) or stop what holds it",
+            EXIT_USAGE,
+        ) from exc
+    print(f"fabscope exporter: serving http://{listen}/metrics", file=sys.stderr, flush=True)
+    if not _is_loopback(addr):
+        print("fabscope exporter: /metrics is read-only and unauthenticated, as Prometheus exporters are; "
+              "anyone who reaches this address sees the counters and results (limit it with a firewall)",
+              file=sys.stderr, flush=True)
+    try:
+        httpd.serve_forever()
+    finally:
+        httpd.server_close()
+    return 0

@@ -1,0 +1,132 @@
+"""Where the exporter finds what fabscope measured: the history store and report files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import FabscopeError
+from ..results import RecordError, Result, parse_record
+from .snapshot import as_list
+
+__all__ = ["STORE_RUNS", "ResultsSource", "case_labels"]
+
+#: How many of the store's newest runs a scrape reads the latest results from.
+STORE_RUNS = 20
+
+
+@dataclass
+class ResultsSource:
+    """The latest result of each case and the latest matrix findings: from the history store (its
+    newest ``STORE_RUNS`` runs) and from report files.
+
+    Files hold JSON lines of ``fabscope.result/1`` records (``fabscope run --format json``, a
+    suite's ``loopback.jsonl``) or ``fabscope.matrix/1`` objects; within a file later lines win,
+    across files and the store the newer (file modification time, the run's start time). A file
+    that cannot be read this time keeps its last good reading.
+    """
+
+    files: Sequence[Path] = ()
+    store: Path | None = None
+    _cache: dict[Path, tuple[float, list[Result], list[dict[str, Any]]]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def latest(self) -> dict[tuple[str, ...], Result]:
+        cases: dict[tuple[str, ...], tuple[float, Result]] = {}
+
+        def offer(stamp: float, rec: Result) -> None:
+            key = case_labels(rec)
+            if key not in cases or stamp >= cases[key][0]:
+                cases[key] = (stamp, rec)
+
+        for stamp, rec in self._stored():
+            offer(stamp, rec)
+        for f in self.files:
+            mtime, recs, _ = self._read(f)
+            for order, rec in enumerate(recs):
+                offer(mtime + order * 1e-9, rec)
+        return {k: v[1] for k, v in cases.items()}
+
+    def _stored(self) -> list[tuple[float, Result]]:
+        """(run start + arrival order, result) of the newest runs in the store. Opened per scrape:
+        scrapes come on the HTTP server's threads, and a sqlite3 connection belongs to one."""
+        if self.store is None:
+            return []
+        from datetime import datetime
+
+        from ..store import open_store
+
+        out: list[tuple[float, Result]] = []
+        try:
+            with open_store(self.store) as st:
+                for run in reversed(st.runs(limit=STORE_RUNS)):  # oldest first: on a tie (same second) the newer wins
+                    start = datetime.fromisoformat(run.started_at).timestamp()
+                    out += [(start + order * 1e-9, rec) for order, rec in enumerate(st.results(run_ids=[run.id]))]
+        except (FabscopeError, ValueError, OSError) as exc:
+            self.errors[str(self.store)] = str(exc)
+            return []
+        self.errors.pop(str(self.store), None)
+        return out
+
+    def findings(self) -> list[Mapping[str, Any]]:
+        """The findings of the newest matrix run in the files."""
+        newest: tuple[float, list[Mapping[str, Any]]] = (-1.0, [])
+        for f in self.files:
+            mtime, _, runs = self._read(f)
+            if runs and mtime >= newest[0]:
+                newest = (mtime, [x for x in as_list(runs[-1].get("findings")) if isinstance(x, Mapping)])
+        return newest[1]
+
+    def _read(self, f: Path) -> tuple[float, list[Result], list[dict[str, Any]]]:
+        try:
+            mtime = f.stat().st_mtime
+        except OSError as exc:
+            self.errors[str(f)] = exc.strerror or str(exc)
+            return self._cache.get(f, (0.0, [], []))
+        hit = self._cache.get(f)
+        if hit and hit[0] == mtime:
+            return hit
+        try:
+            text = f.read_text(encoding="utf-8", errors="replace")
+            docs = _documents(text)
+            recs = [parse_record(d, judge_path=False) for d in docs if str(d.get("schema", "")).startswith("fabscope.result/")]
+        except (OSError, RecordError) as exc:
+            self.errors[str(f)] = str(exc)
+            return hit or (0.0, [], [])
+        runs = [d for d in docs if str(d.get("schema", "")).startswith("fabscope.matrix/")]
+        self.errors.pop(str(f), None)
+        self._cache[f] = (mtime, recs, runs)
+        return self._cache[f]
+
+
+def _documents(text: str) -> list[dict[str, Any]]:
+    """The JSON objects of a report file: one indented document (`fabscope matrix --format json`) or
+    JSON lines (`run --format json`, a suite's loopback.jsonl). A last line without its newline is
+    still being written and waits for the next scrape; other lines that are not JSON are skipped."""
+    try:
+        whole = json.loads(text)
+    except ValueError:  # JSON lines: "Extra data" after the first
+        whole = None
+    if isinstance(whole, dict):
+        return [whole]
+    lines = text.splitlines()
+    if text and not text.endswith("\n"):
+        lines = lines[:-1]
+    out: list[dict[str, Any]] = []
+    for line in lines:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def case_labels(rec: Result) -> tuple[str, ...]:
+    """host, peer, backend, op, pattern, size, device of one result (the case it measured)."""
+    host, peer = rec.hosts
+    return (host, peer, rec.backend, rec.op, rec.pattern, str(rec.size), str(rec.config.get("device") or ""))

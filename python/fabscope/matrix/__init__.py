@@ -1,0 +1,1 @@
+"""The fabric matrix: schedules of disjoint pairs, agents under the launcher, findings."""

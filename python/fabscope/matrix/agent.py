@@ -1,0 +1,161 @@
+"""`fabscope matrix-agent`: the one process the launcher starts on each host of a matrix.
+
+It connects back to the coordinator (`fabscope matrix` on the launch node) within a deadline,
+proves it was started by that run (the one-time token, from FABSCOPE_MATRIX_TOKEN, so it is not
+on any command line), says who it is (host name, launcher rank, IPv4 addresses per netdev), and
+then does what it is told, one thing at a time (no host is ever in two measurements at once):
+
+- ``listen``: start `fabscope-engine --listen ADDR:0 ...` (a server for one client), answer with
+  its port, and answer again when it has ended;
+- ``connect``: run `fabscope-engine --peer ADDR:PORT ...` (the client), answer with its records
+  (path verdict attached, as `fabscope run` gets them) or its error;
+- ``bye``: exit.
+
+It never listens itself, never starts anything the coordinator did not ask for, and exits when
+the coordinator goes away or stays silent longer than --idle-timeout. The engines run with the
+same options as `fabscope run`; the agent adds only the mode (--listen/--peer) and --format json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from .. import __version__, control
+from ..engine import engine_path
+from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
+
+TOKEN_ENV = "FABSCOPE_MATRIX_TOKEN"
+AGENT_PROTO = 1
+# Generous: the coordinator may be busy with other pairs for several rounds.
+DEFAULT_IDLE_S = 600.0
+
+
+def ipv4_addresses() -> dict[str, list[str]]:
+    """{netdev: [IPv4 addresses]} of this host (iproute2's JSON), loopback left out."""
+    try:
+        out = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True, timeout=10,
+                             check=False)
+        data = json.loads(out.stdout or "[]")
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return {}
+    result: dict[str, list[str]] = {}
+    for dev in data if isinstance(data, list) else []:
+        name = dev.get("ifname")
+        if not isinstance(name, str) or name == "lo":
+            continue
+        addrs = [str(a.get("local")) for a in dev.get("addr_info") or [] if a.get("family") == "inet" and a.get("local")]
+        result[name] = addrs
+    return result
+
+
+def launcher_rank() -> int | None:
+    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
+        value = os.environ.get(var)
+        if value is not None and value.isdigit():
+            return int(value)
+    return None
+
+
+def _engine(mode: list[str], args: list[str], timeout_s: float) -> list[str]:
+    return [str(engine_path()), *mode, "--timeout", f"{timeout_s:g}", *args, "--format", "json"]
+
+
+class Agent:
+    def __init__(self, sock: socket.socket, idle_s: float) -> None:
+        self.sock = sock
+        self.idle_s = idle_s
+
+    def send(self, msg: dict[str, Any]) -> None:
+        control.send(self.sock, msg, 30.0)
+
+    def serve(self) -> int:
+        while True:
+            try:
+                msg = control.recv(self.sock, self.idle_s, "the matrix coordinator")
+            except FabscopeError:
+                return 0  # the coordinator went away (or ended without bye): nothing left to do here
+            kind = msg["type"]
+            if kind == "bye":
+                return 0
+            if kind == "listen":
+                self.listen(msg)
+            elif kind == "connect":
+                self.connect(msg)
+            else:
+                self.send({"type": "error", "id": msg.get("id"), "message": f"unknown command {kind[:40]!r}"})
+
+    def listen(self, msg: dict[str, Any]) -> None:
+        timeout_s = float(msg.get("timeout", 10))
+        cmd = _engine(["--listen", f"{msg['bind']}:0"], list(msg.get("args") or []), timeout_s)
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              stdin=subprocess.DEVNULL) as proc:
+            assert proc.stdout is not None and proc.stderr is not None
+            port = None
+            try:
+                line = _read_line(proc.stdout, time.monotonic() + timeout_s)
+                port = int(json.loads(line)["port"]) if line else None
+            except (ValueError, KeyError, TypeError):
+                port = None
+            if port is None:
+                proc.kill()
+                err = proc.stderr.read().strip().removeprefix("fabscope-engine: ")
+                self.send({"type": "done", "id": msg["id"], "rc": proc.wait(), "error": err or "the server engine did not start"})
+                return
+            self.send({"type": "listening", "id": msg["id"], "port": port})
+            # The engine ends by itself: after its client, or --timeout after no client came.
+            guard = float(msg.get("guard", timeout_s * 6 + 60))
+            try:
+                rc = proc.wait(timeout=guard)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc = proc.wait()
+            err = proc.stderr.read().strip().removeprefix("fabscope-engine: ")
+            self.send({"type": "done", "id": msg["id"], "rc": rc, "error": err if rc else None})
+
+    def connect(self, msg: dict[str, Any]) -> None:
+        from ..runner import stream_client
+
+        timeout_s = float(msg.get("timeout", 10))
+        cmd = _engine(["--peer", str(msg["peer"])], list(msg.get("args") or []), timeout_s)
+        outcome = stream_client(cmd, timeout_s, None)
+        self.send({"type": "result", "id": msg["id"], "records": [r.to_json() for r in outcome.records],
+                   "error": outcome.error, "exit_code": outcome.exit_code})
+
+
+def _read_line(stream: Any, deadline: float) -> str | None:
+    import select
+
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return None
+    ready, _, _ = select.select([stream], [], [], left)
+    return str(stream.readline()) if ready else None
+
+
+def run_agent(coordinator: str, connect_timeout_s: float, idle_s: float) -> int:
+    token = os.environ.get(TOKEN_ENV)
+    if not token:
+        raise FabscopeError(
+            f"matrix-agent: {TOKEN_ENV} is not set; the agent is started by `fabscope matrix` through its launcher, "
+            "which passes the run's one-time token in the environment", EXIT_USAGE)
+    host, port = control.split_hostport(coordinator, 0)
+    if not port:
+        raise FabscopeError(f"matrix-agent: --coordinator {coordinator}: give HOST:PORT", EXIT_USAGE)
+    sock = control.connect(host, port, connect_timeout_s)
+    try:
+        control.send(sock, {"type": "hello", "proto": AGENT_PROTO, "version": __version__, "token": token,
+                            "hostname": socket.gethostname(), "rank": launcher_rank(), "pid": os.getpid(),
+                            "addresses": ipv4_addresses(), "local_address": sock.getsockname()[0]}, 30.0)
+        reply = control.recv(sock, connect_timeout_s + 30.0, "the matrix coordinator")
+        if reply["type"] != "welcome":
+            print(f"fabscope matrix-agent: the coordinator refused this agent: {reply.get('message')}", file=sys.stderr)
+            return EXIT_PEER
+        return Agent(sock, idle_s).serve()
+    finally:
+        sock.close()

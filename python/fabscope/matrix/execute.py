@@ -1,0 +1,182 @@
+"""Running a matrix for real: agents under the launcher, one engine pair per job, all jobs of a
+round at once (their hosts are disjoint).
+
+Each job is what `fabscope run --peer` does, split over two hosts: the destination's agent starts
+`fabscope-engine --listen` on its address for the requested device, the source's agent runs
+`fabscope-engine --peer` against it with the same options; the client's records (both hosts'
+counters, path verdict attached) come back and are parsed by the result model. With --backend mpi
+a job is a 2-rank MPI job on the two hosts instead (the runner's MPI launch, hosts given).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import EXIT_USAGE, FabscopeError
+from ..results import RecordError, Result, parse_record
+from ..results.matrix import Measurement
+from .coordinator import AgentConn
+from .rules import Job
+
+
+def value_of(result: Result) -> float | None:
+    if result.pattern == "lat":
+        return result.latency.p50 if result.latency else None
+    return result.bandwidth.gbps if result.bandwidth else None
+
+
+def measurement_from(src: str, dst: str, pattern: str, phase: str, round_no: int,
+                     raws: Sequence[dict[str, Any]], error: str | None) -> Measurement:
+    """The job's Measurement from the client's raw records (the last size is the judged one)."""
+    results: list[Result] = []
+    for raw in raws:
+        try:
+            results.append(parse_record(raw, judge_path=False))
+        except RecordError as exc:
+            error = error or f"invalid record from {src}: {exc}"
+    if not results:
+        return Measurement(src, dst, pattern, None, phase=phase, round=round_no,
+                           error=error or "no result came back")
+    last = results[-1]
+    raw = dict(last.raw)
+    return Measurement(src, dst, pattern, value_of(last), phase=phase, round=round_no, verdict=last.path.verdict,
+                       record=raw, error=error)
+
+
+def pick_address(agent: AgentConn, device: str | None) -> str:
+    """The address the engine of this host listens on: the requested netdev's first IPv4
+    address; for an RDMA device (or no device) the address the agent reached us from."""
+    if device and device in agent.addresses:
+        addrs = agent.addresses[device]
+        if not addrs:
+            raise FabscopeError(f"--device {device}: it has no IPv4 address on {agent.host}; give it one, or name "
+                                f"a device that has one ({_with_addresses(agent)})", EXIT_USAGE)
+        return addrs[0]
+    return agent.local_address
+
+
+def _with_addresses(agent: AgentConn) -> str:
+    return ", ".join(f"{d} {','.join(a)}" for d, a in sorted(agent.addresses.items()) if a) or "none"
+
+
+@dataclass
+class AgentMeasurer:
+    agents: dict[str, AgentConn]
+    engine_args: list[str]
+    timeout_s: float
+    device: str | None
+    unreachable: dict[str, str] = field(default_factory=dict)
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+
+    def lose(self, agent: AgentConn, why: str) -> None:
+        if agent.dead is None:
+            agent.dead = why
+            self.unreachable[agent.host] = why
+            try:
+                agent.sock.close()
+            except OSError:
+                pass
+
+    def measure(self, jobs: Sequence[Job], round_no: int) -> list[Measurement]:
+        out: list[Measurement | None] = [None] * len(jobs)
+
+        def one(i: int, job: Job) -> None:
+            out[i] = self.job(job, round_no)
+
+        threads = [threading.Thread(target=one, args=(i, job), daemon=True) for i, job in enumerate(jobs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [m for m in out if m is not None]
+
+    def job(self, job: Job, round_no: int) -> Measurement:
+        src_host, dst_host, pattern, phase = job
+        src, dst = self.agents[src_host], self.agents[dst_host]
+
+        def failed(why: str) -> Measurement:
+            return Measurement(src_host, dst_host, pattern, None, phase=phase, round=round_no, error=why)
+
+        if src.dead or dst.dead:
+            return failed(f"unreachable: {src.dead or dst.dead}")
+        args = [*self.engine_args, f"--pattern={pattern}"]
+        job_id = next(self._ids)
+        guard = self.timeout_s * 6 + 60
+        bind = pick_address(dst, self.device)
+        try:
+            dst.send({"type": "listen", "id": job_id, "bind": bind, "args": args, "timeout": self.timeout_s,
+                      "guard": guard})
+            reply = dst.recv(self.timeout_s + 15)
+        except FabscopeError as exc:
+            self.lose(dst, exc.message)
+            return failed(exc.message)
+        if reply.get("type") != "listening":
+            return failed(f"the engine on {dst_host} did not start: {reply.get('error') or reply.get('message')}")
+        try:
+            src.send({"type": "connect", "id": job_id, "peer": f"{bind}:{reply['port']}", "args": args,
+                      "timeout": self.timeout_s})
+            result = src.recv(guard)
+        except FabscopeError as exc:
+            self.lose(src, exc.message)
+            self._finish(dst)
+            return failed(exc.message)
+        self._finish(dst)
+        error = result.get("error")
+        return measurement_from(src_host, dst_host, pattern, phase, round_no, list(result.get("records") or []),
+                                str(error) if error else None)
+
+    def _finish(self, dst: AgentConn) -> None:
+        """The server engine's end (it stops by itself within --timeout once its client is gone)."""
+        if dst.dead:
+            return
+        try:
+            dst.recv(self.timeout_s * 2 + 30)
+        except FabscopeError as exc:
+            self.lose(dst, exc.message)
+
+
+@dataclass
+class MpiMeasurer:
+    """--backend mpi: each job a 2-rank MPI job on (src, dst) through the runner's MPI launch."""
+
+    engine_args: list[str]
+    timeout_s: float
+    mpi: str
+    launcher: str
+    mca: dict[str, str]
+    env: dict[str, str]
+    unreachable: dict[str, str] = field(default_factory=dict)
+
+    def measure(self, jobs: Sequence[Job], round_no: int) -> list[Measurement]:
+        out: list[Measurement | None] = [None] * len(jobs)
+
+        def one(i: int, job: Job) -> None:
+            out[i] = self.job(job, round_no)
+
+        threads = [threading.Thread(target=one, args=(i, job), daemon=True) for i, job in enumerate(jobs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [m for m in out if m is not None]
+
+    def job(self, job: Job, round_no: int) -> Measurement:
+        from .. import runner
+
+        src, dst, pattern, phase = job
+        from ..mpirun import NodesUnavailable
+
+        try:
+            outcome = runner.run_mpi([*self.engine_args, f"--pattern={pattern}"], self.timeout_s, None,
+                                     mpi=self.mpi, launcher=self.launcher, mca=self.mca, env=self.env,
+                                     hosts=[src, dst])
+        except NodesUnavailable as exc:  # a host the launcher cannot start on: that pair fails, the rest goes on
+            return Measurement(src, dst, pattern, None, phase=phase, round=round_no, error=str(exc))
+        except (ValueError, FileNotFoundError) as exc:  # nothing can launch: the same for every pair
+            raise FabscopeError(f"--backend mpi: {exc}", EXIT_USAGE) from exc
+        return measurement_from(src, dst, pattern, phase, round_no, [r.to_json() for r in outcome.records],
+                                outcome.error)

@@ -1,0 +1,179 @@
+"""Attribution: from confirmed-bad directions to bad nodes, bad links and misrouted pairs.
+
+- a **bad node**: slow with more than ``node_share`` of its partners (its row and column);
+- a **bad link**: a slow pair whose hosts are not bad nodes (each is fine with its others);
+- **misrouted**: a pair whose bytes went over another device than the one asked for (the
+  path verdict of its records), whatever its speed.
+
+Evidence comes from the records themselves: the figures against the fabric's centre, the bytes
+each device carried (the path verdict's carriers) and the error counters that moved on the
+host's side of each record (symbol errors, link downed, receive errors, transmit discards, and
+the netdev's rx/tx errors and drops), under the names the engine's counter reader uses.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ..results.matrix import Finding, Measurement, metric_of
+from .rules import Centre, Rule, directions, judgeable, partners_of, threshold
+
+# Counters that mean something went wrong on the wire or in the NIC when they move.
+ERROR_COUNTERS = (
+    "symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors", "port_rcv_remote_physical_errors",
+    "port_xmit_discards", "port_xmit_constraint_errors", "port_rcv_constraint_errors", "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors", "port_rcv_switch_relay_errors", "VL15_dropped",
+    "rx_errors", "tx_errors", "rx_dropped", "tx_dropped", "rx_crc_errors", "rx_missed_errors", "tx_carrier_errors",
+)
+
+
+def _side_of(m: Measurement, host: str) -> str | None:
+    if m.src == host:
+        return "local"  # the client engine ran on src: its own counters are "local"
+    if m.dst == host:
+        return "peer"
+    return None
+
+
+def moved_errors(counters: Mapping[str, Any] | None) -> dict[str, dict[str, int]]:
+    """Error counters that moved between before and after, per device: {device: {counter: delta}}."""
+    out: dict[str, dict[str, int]] = {}
+    if not isinstance(counters, Mapping):
+        return out
+    for kind in ("net", "rdma"):
+        devices = counters.get(kind)
+        if not isinstance(devices, Mapping):
+            continue
+        for dev, entry in devices.items():
+            if not isinstance(entry, Mapping):
+                continue
+            before, after = entry.get("before"), entry.get("after")
+            if not isinstance(before, Mapping) or not isinstance(after, Mapping):
+                continue
+            for key in ERROR_COUNTERS:
+                b, a = _hw(before, key), _hw(after, key)
+                if isinstance(a, int) and isinstance(b, int) and a > b:
+                    out.setdefault(str(dev), {})[key] = a - b
+    return out
+
+
+def _hw(snapshot: Mapping[str, Any], key: str) -> Any:
+    if key in snapshot:
+        return snapshot[key]
+    for group in ("hw_counters", "counters", "errors"):  # nested groups some readers use
+        sub = snapshot.get(group)
+        if isinstance(sub, Mapping) and key in sub:
+            return sub[key]
+    return None
+
+
+def host_evidence(host: str, ms: Iterable[Measurement]) -> dict[str, Any]:
+    """Bytes per device and error counters that moved on `host`'s side of these measurements."""
+    carried: dict[str, int] = defaultdict(int)
+    errors: dict[str, dict[str, int]] = {}
+    for m in ms:
+        side = _side_of(m, host)
+        rec = m.record or {}
+        if side is None:
+            continue
+        sides = ((rec.get("path") or {}).get("sides") or {})
+        for c in (sides.get(side) or {}).get("carriers") or []:
+            if isinstance(c, Mapping) and isinstance(c.get("bytes"), int):
+                carried[str(c.get("device"))] += int(c["bytes"])
+        for dev, moved in moved_errors((rec.get("counters") or {}).get(side)).items():
+            slot = errors.setdefault(dev, {})
+            for k, v in moved.items():
+                slot[k] = slot.get(k, 0) + v
+    return {"bytes_per_device": dict(sorted(carried.items(), key=lambda kv: -kv[1])), "error_counters": errors}
+
+
+def _fmt(pattern: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3g} us" if metric_of(pattern) == "latency_p50_us" else f"{value:.3g} Gb/s"
+
+
+def attribute(rule: Rule, hosts: Sequence[str], measurements: Sequence[Measurement],
+              by_pattern: Mapping[str, Centre]) -> list[Finding]:
+    states = directions(rule, measurements)
+    bad_dirs = {k for k, st in states.items() if st == "bad"}
+    bad_pairs: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
+    for s, d, p in bad_dirs:
+        bad_pairs[(s, d) if s < d else (d, s)].append((s, d, p))
+    partners = partners_of(measurements)
+    findings: list[Finding] = []
+
+    index: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    by_pair: dict[tuple[str, str], list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        if judgeable(m) and m.value is not None:
+            index[(m.src, m.dst, m.pattern)].append(m.value)
+            by_pair[m.pair].append(m)
+
+    def values(src: str, dst: str, pattern: str) -> list[float]:
+        return index.get((src, dst, pattern), [])
+
+    def centre_json(pattern: str) -> dict[str, Any]:
+        c = by_pattern[pattern]
+        return {"median": c.median, "spread": c.spread, "threshold": threshold(rule, pattern, c)}
+
+    nodes: set[str] = set()
+    for h in hosts:
+        mine = partners.get(h, set())
+        bad_with = sorted({a if b == h else b for (a, b) in bad_pairs if h in (a, b)})
+        if len(mine) >= 2 and bad_with and len(bad_with) / len(mine) > rule.node_share:
+            nodes.add(h)
+            per_pattern = {}
+            for p in sorted({k[2] for k in bad_dirs if h in k[:2]}):
+                mine_vals = [v for x in mine for v in values(h, x, p) + values(x, h, p)]
+                per_pattern[p] = {"median_with_partners": statistics.median(mine_vals) if mine_vals else None,
+                                  "fabric": centre_json(p)}
+            ms = [m for x in mine for m in by_pair.get((h, x) if h < x else (x, h), [])]
+            findings.append(Finding(
+                "node", [h],
+                f"{h} is slow with {len(bad_with)} of its {len(mine)} partners ({', '.join(bad_with)})",
+                {"bad_partners": bad_with, "partners": len(mine), "share": len(bad_with) / len(mine),
+                 "patterns": per_pattern, **host_evidence(h, ms)},
+            ))
+    for (a, b), dirs in sorted(bad_pairs.items()):
+        if a in nodes or b in nodes:
+            continue  # explained by the node
+        figures: list[dict[str, Any]] = []
+        for s, d, p in sorted(dirs):
+            figures.append({"src": s, "dst": d, "pattern": p, "values": values(s, d, p), "fabric": centre_json(p)})
+        ws, wd, wp = sorted(dirs)[0]
+        ms = by_pair.get((a, b), [])
+        findings.append(Finding(
+            "link", [a, b],
+            f"{a} <-> {b} is slow ({ws} -> {wd} {wp}: "
+            f"{', '.join(_fmt(wp, v) for v in values(ws, wd, wp))} against a fabric median of "
+            f"{_fmt(wp, by_pattern[wp].median)}); {a} is fine with "
+            f"{len(partners.get(a, set())) - 1} other partners, {b} with {len(partners.get(b, set())) - 1}",
+            {"directions": figures, "partners": {a: len(partners.get(a, set())), b: len(partners.get(b, set()))},
+             "hosts": {a: host_evidence(a, ms), b: host_evidence(b, ms)}},
+        ))
+    findings += misrouted(measurements)
+    return findings
+
+
+def misrouted(measurements: Iterable[Measurement]) -> list[Finding]:
+    by_pair: dict[tuple[str, str], list[Measurement]] = defaultdict(list)
+    for m in measurements:
+        if m.verdict == "misrouted":
+            by_pair[m.pair].append(m)
+    out = []
+    for (a, b), ms in sorted(by_pair.items()):
+        paths = [((m.record or {}).get("path") or {}) for m in ms]
+        summaries = sorted({str(p.get("summary")) for p in paths if p.get("summary")})
+        out.append(Finding(
+            "misrouted", [a, b],
+            f"{a} <-> {b}: {summaries[0] if summaries else 'bytes went over another device than asked'}",
+            {"requested": next((p.get("requested") for p in paths if p.get("requested")), None),
+             "measurements": [{"src": m.src, "dst": m.dst, "pattern": m.pattern, "summary": p.get("summary")}
+                              for m, p in zip(ms, paths, strict=True)],
+             "hosts": {a: host_evidence(a, ms), b: host_evidence(b, ms)}},
+        ))
+    return out

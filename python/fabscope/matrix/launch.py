@@ -1,0 +1,104 @@
+"""Starting one matrix agent per host with the cluster's own launcher (the only way fabscope
+starts a process on another host: no ssh fan-out, no daemon of ours).
+
+- mpirun (Open MPI): `mpirun -H h1:1,...,hN:1 -np N --map-by node` with the token exported by
+  name (-x), and told not to tear the other agents down when one host dies
+  (orte_abort_on_non_zero_status 0), so a lost host costs its own pairs only;
+- srun: `srun --nodes=N --ntasks=N --ntasks-per-node=1 --nodelist=...` with --no-kill and
+  --kill-on-bad-exit=0 for the same reason, and --immediate so a busy cluster is an answer, not a wait.
+
+The agent command is this Python running `fabscope matrix-agent`: the same installation path on
+every host, as the MPI engines themselves need.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections import deque
+from collections.abc import Sequence
+
+from ..errors import EXIT_USAGE, FabscopeError
+from .agent import TOKEN_ENV
+
+LAUNCHERS = ("mpirun", "srun")
+
+
+def agent_argv(coordinator: str, connect_timeout_s: float) -> list[str]:
+    return [sys.executable, "-m", "fabscope", "matrix-agent", "--coordinator", coordinator,
+            "--connect-timeout", f"{connect_timeout_s:g}"]
+
+
+def launcher_argv(launcher: str, hosts: Sequence[str], agent: Sequence[str], wait_s: float) -> tuple[list[str], dict[str, str]]:
+    env = dict(os.environ)
+    n = len(hosts)
+    if launcher == "mpirun":
+        binary = "mpirun.openmpi" if shutil.which("mpirun.openmpi") else "mpirun"
+        if shutil.which(binary) is None:
+            raise FabscopeError("--launcher mpirun: mpirun is not on PATH; install Open MPI (openmpi-bin) or use "
+                                "--launcher srun", EXIT_USAGE)
+        if os.geteuid() == 0:
+            env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+            env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        argv = [binary, "-H", ",".join(f"{h}:1" for h in hosts), "-np", str(n), "--map-by", "node",
+                "--mca", "orte_abort_on_non_zero_status", "0", "-x", TOKEN_ENV, "-x", "PATH"]
+        if "PYTHONPATH" in env:
+            argv += ["-x", "PYTHONPATH"]
+        return argv + list(agent), env
+    if launcher == "srun":
+        if shutil.which("srun") is None:
+            raise FabscopeError("--launcher srun: srun is not on PATH; run on a Slurm cluster node (slurm-client) or "
+                                "use --launcher mpirun", EXIT_USAGE)
+        argv = ["srun", f"--job-name=fabscope-matrix-{os.getpid()}", f"--nodes={n}", f"--ntasks={n}",
+                "--ntasks-per-node=1", f"--nodelist={','.join(hosts)}", "--no-kill", "--kill-on-bad-exit=0",
+                f"--immediate={max(1, math.ceil(wait_s))}", "--export=ALL"]
+        return argv + list(agent), env
+    raise FabscopeError(f"--launcher {launcher}: choose one of {', '.join(LAUNCHERS)}", EXIT_USAGE)
+
+
+class Launched:
+    """The launcher process, its output drained in the background (kept: the last lines)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], token: str) -> None:
+        env = dict(env)
+        env[TOKEN_ENV] = token
+        self.argv = argv
+        self.proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
+        self.tail: deque[str] = deque(maxlen=40)
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.tail.append(line.rstrip())
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def output(self) -> str:
+        return "\n".join(self.tail)
+
+    def stop(self, grace_s: float = 10.0) -> int:
+        """Wait for the launcher (the agents were told bye); terminate its session if it lingers."""
+        try:
+            return self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        import signal
+
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                return self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                continue
+        return self.proc.wait()

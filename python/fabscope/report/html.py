@@ -1,0 +1,150 @@
+"""The self-contained HTML report: one file, inline SVG charts, inline CSS, no script, no request.
+
+Opened anywhere (a laptop on a plane, a ticket attachment) it shows the same thing: nothing is
+fetched, no font, no library. Each chart sits above the table of the numbers it draws and a caption
+saying how they were measured.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from ..results import Result
+from . import charts
+from .charts import Chart, ComparisonRow, TrendPoint
+from .figures import bandwidth_series, comparison_rows, distribution, latency_series, transport_label
+from .table import Table, cell
+
+STYLE = """
+body { font-family: sans-serif; margin: 1.5em auto; max-width: 1200px; color: #222; padding: 0 1em; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; border-bottom: 1px solid #ccc; }
+figure { margin: 1em 0; }
+svg.chart { width: 100%; max-width: 900px; height: auto; display: block; }
+figcaption { font-size: 0.9em; color: #444; margin: 0.4em 0; max-width: 900px; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1em; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; }
+th:first-child, td:first-child, td.t { text-align: left; }
+th { background: #f2f2f2; }
+.side { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
+.side > figure { flex: 1 1 520px; min-width: 0; margin: 0; }
+.side > div { flex: 1 1 600px; }  /* no shrinking below the table's width: it wraps under the chart */
+.bad { color: #b2182b; font-weight: bold; }
+.note { font-size: 0.9em; color: #444; }
+"""
+
+
+@dataclass
+class History:
+    """One case's stored runs, for a trend chart (from the history store and compare)."""
+
+    case: str
+    unit: str
+    points: Sequence[TrendPoint]
+
+
+@dataclass
+class ReportInput:
+    """Everything one report shows; only ``records`` is required."""
+
+    records: Sequence[Result]
+    title: str = "fabscope report"
+    line_rates: Mapping[str, float] = field(default_factory=dict)  # device -> Gb/s
+    notes: Sequence[str] = ()
+    history: Sequence[History] = ()
+    matrices: Sequence[Mapping[str, Any]] = ()
+    distribution_size: int | None = None
+    generated: datetime | None = None
+
+
+def _esc(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+TEXT_CELL = ' class="t"'  # names and verdicts: left-aligned; numbers stay right-aligned
+
+
+def table_html(table: Table) -> str:
+    head = "".join(f"<th>{_esc(c.title)}</th>" for c in table.columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td{TEXT_CELL if isinstance(v, str) else ''}>{_esc(cell(c, v))}</td>"
+                         for c, v in zip(table.columns, row, strict=True)) + "</tr>"
+        for row in table.rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def chart_html(chart: Chart, beside: bool = False) -> str:
+    figure = (f'<figure>{chart.svg}<figcaption>{_esc(chart.caption)}</figcaption></figure>')
+    if beside:
+        return f'<h2>{_esc(chart.title)}</h2><div class="side">{figure}<div>{table_html(chart.table)}</div></div>'
+    return f"<h2>{_esc(chart.title)}</h2>{figure}{table_html(chart.table)}"
+
+
+def _header(data: ReportInput) -> str:
+    records = data.records
+    hosts = sorted({h for r in records for h in r.hosts if h})
+    versions = sorted({r.version for r in records if r.version})
+    when = (data.generated or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
+    facts = [f"generated {when}", f"{len(records)} result(s)"]
+    if hosts:
+        facts.append("hosts " + ", ".join(hosts))
+    if versions:
+        facts.append("fabscope " + ", ".join(versions))
+    out = [f"<h1>{_esc(data.title)}</h1>", f'<p class="note">{_esc("; ".join(facts))}</p>']
+    misrouted: dict[str, list[Result]] = {}
+    for rec in records:
+        if rec.misrouted:
+            misrouted.setdefault(f"{transport_label(rec)} {rec.pattern}", []).append(rec)
+    for label, recs in misrouted.items():  # one line per transport and pattern: its sizes, the largest's summary
+        sizes = ", ".join(f"{r.size} B" for r in recs)
+        out.append(f'<p class="bad">MISROUTED: {_esc(label)} ({_esc(sizes)}): {_esc(recs[-1].path.summary)}</p>')
+    no_effect = dict.fromkeys(s for r in records for s in r.settings_without_effect)
+    out += [f'<p class="bad">Setting had no effect: {_esc(s)}</p>' for s in no_effect]
+    out += [f'<p class="note">{_esc(n)}</p>' for n in data.notes]
+    return "\n".join(out)
+
+
+def charts_for(data: ReportInput) -> list[tuple[Chart, bool]]:
+    """The report's charts in page order; True where the table goes beside the chart."""
+    records = data.records
+    lat_def = next((r.latency_definition for r in records if r.latency_definition), "half round trip (ping-pong)")
+    bw_at = next((r.bandwidth.measured_at for r in records if r.bandwidth and r.bandwidth.measured_at), "receiver")
+    out: list[tuple[Chart, bool]] = []
+    rows: list[ComparisonRow] = comparison_rows(records, data.line_rates)
+    if len(rows) > 1:
+        out.append((charts.comparison_chart(rows), True))
+    lat = latency_series(records)
+    if lat:
+        out.append((charts.latency_vs_size(lat, lat_def), False))
+    for pattern in ("bw", "bibw"):
+        bw = bandwidth_series(records, data.line_rates, pattern)
+        if bw:
+            chart = charts.bandwidth_vs_size(bw, bw_at if pattern == "bw" else f"{bw_at}s (both directions added)")
+            if pattern == "bibw":
+                chart = Chart("Bidirectional bandwidth against message size", chart.svg, chart.caption, chart.table)
+            out.append((chart, False))
+    dist = distribution(records, data.distribution_size)
+    if dist:
+        out.append((charts.latency_distribution(dist, lat_def), False))
+    out += [(charts.history_trend(h.case, h.unit, h.points), False) for h in data.history]
+    out += [(chart, False) for m in data.matrices for chart in charts.matrix_heatmaps(m)]
+    return out
+
+
+def render_html(data: ReportInput) -> str:
+    """The whole report as one HTML5 document."""
+    charts.require_matplotlib()
+    body = [_header(data)]
+    if not data.records and not data.matrices and not data.history:
+        body.append('<p class="note">No results to show.</p>')
+    body += [chart_html(chart, beside) for chart, beside in charts_for(data)]
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<title>{_esc(data.title)}</title>\n"
+        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        f"<style>{STYLE}</style>\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n"
+    )

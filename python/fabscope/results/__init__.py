@@ -1,0 +1,43 @@
+"""The result model: one owner for the records fabscope produces.
+
+- ``model``: ``fabscope.result/N`` -> typed ``Result`` (validation, the path verdict attached once)
+- ``histogram``: the compact latency histogram records carry, and Mann-Whitney U over two of them
+- ``deltas`` / ``requests`` / ``verdict`` / ``pathtext``: the path verdict, split by job
+  (counter arithmetic, what was asked, the judgement, its text)
+- ``suite``: the suite's summary, ``fabscope.suite/1``; ``matrix``: ``fabscope.matrix/1`` (the matrix fills it)
+
+Everything else (CLI, suite, serve, matrix, report, store, exporter) reads these objects; nobody
+re-derives a field from the raw dict.
+"""
+
+from .errors import RecordError
+from .histogram import Histogram
+from .model import (
+    RESULT_SCHEMA,
+    RESULT_VERSION,
+    Bandwidth,
+    HostInfo,
+    Latency,
+    PathVerdict,
+    Result,
+    TransportSummary,
+    load_file,
+    load_results,
+    parse_record,
+)
+
+__all__ = [
+    "RESULT_SCHEMA",
+    "RESULT_VERSION",
+    "Bandwidth",
+    "Histogram",
+    "HostInfo",
+    "Latency",
+    "PathVerdict",
+    "RecordError",
+    "Result",
+    "TransportSummary",
+    "load_file",
+    "load_results",
+    "parse_record",
+]

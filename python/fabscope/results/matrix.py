@@ -1,0 +1,133 @@
+"""The fabric matrix's output: ``fabscope.matrix/1``, one object per matrix run.
+
+Owns the types the matrix produces and their JSON: a ``Measurement`` is one directed pair
+measurement (src client -> dst server) at one pattern, carrying the engine's result record (the
+``fabscope.result/1`` schema, path verdict attached, plus ``src_host``/``dst_host``); a
+``Finding`` is a verdict about the fabric (a bad node, a bad link, a misrouted pair) with its
+evidence; ``MatrixRun`` is the whole run. The judging lives in ``fabscope.matrix.rules`` and
+``fabscope.matrix.findings``; this module only holds and serialises what they decided.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER
+
+MATRIX_SCHEMA = "fabscope.matrix/1"
+#: Exit code of a matrix that found a bad node or a bad link.
+EXIT_BAD_FABRIC = 8
+EXIT_INTERRUPTED = 130  # as the CLI's own KeyboardInterrupt
+FINDING_KINDS = ("node", "link", "misrouted")
+PHASES = ("screen", "retest", "partner")
+
+
+def metric_of(pattern: str) -> str:
+    """The figure a pattern is judged on: receiver bandwidth for bw/bibw, the median latency for lat."""
+    return "latency_p50_us" if pattern == "lat" else "bandwidth_gbps"
+
+
+@dataclass(slots=True)
+class Measurement:
+    """One directed measurement: the engine on ``src`` ran as client towards ``dst``'s server."""
+
+    src: str
+    dst: str
+    pattern: str
+    value: float | None  # Gb/s for bw/bibw, p50 in us for lat; None when it failed
+    phase: str = "screen"  # screen (the schedule), retest (a suspect again), partner (a fresh partner)
+    round: int = 0
+    verdict: str | None = None  # the record's path verdict
+    record: dict[str, Any] | None = None  # the engine's record, path attached
+    error: str | None = None
+    suspect: bool = False  # set by the rule
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return (self.src, self.dst) if self.src < self.dst else (self.dst, self.src)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.record or {})
+        out.update(src_host=self.src, dst_host=self.dst, matrix={
+            "pattern": self.pattern, "metric": metric_of(self.pattern), "value": self.value,
+            "phase": self.phase, "round": self.round, "suspect": self.suspect,
+        })
+        if self.error:
+            out["matrix"]["error"] = self.error
+        return out
+
+
+@dataclass
+class Finding:
+    kind: str  # node | link | misrouted
+    hosts: list[str]
+    summary: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "hosts": self.hosts, "summary": self.summary, "evidence": self.evidence}
+
+
+@dataclass
+class MatrixRun:
+    hosts: list[str]
+    patterns: list[str]
+    backend: str
+    schedule: dict[str, Any]
+    rule: dict[str, Any]
+    measurements: list[Measurement] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)  # host -> what happened
+    centres: dict[str, dict[str, float | None]] = field(default_factory=dict)  # pattern -> centre, spread
+    notes: list[str] = field(default_factory=list)
+    launcher: str | None = None
+    interrupted: bool = False  # Ctrl-C: what was measured is judged and printed, exit 130
+
+    @property
+    def retests(self) -> int:
+        return sum(1 for m in self.measurements if m.phase != "screen")
+
+    @property
+    def failures(self) -> list[Measurement]:
+        """Measurements that failed between two hosts that stayed reachable (never silent)."""
+        return [m for m in self.measurements
+                if m.error and m.src not in self.unreachable and m.dst not in self.unreachable]
+
+    @property
+    def exit_code(self) -> int:
+        """8 a bad node or link, else 5 a misroute, else 3 an unreachable host, else 4 a failed
+        measurement, else 0."""
+        if self.interrupted:
+            return EXIT_INTERRUPTED
+        kinds = {f.kind for f in self.findings}
+        if kinds & {"node", "link"}:
+            return EXIT_BAD_FABRIC
+        if "misrouted" in kinds:
+            return EXIT_MISROUTED
+        if self.unreachable:
+            return EXIT_PEER
+        if self.failures:
+            return EXIT_MEASURE
+        return EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": MATRIX_SCHEMA,
+            "hosts": self.hosts,
+            "pattern": self.patterns[0] if len(self.patterns) == 1 else self.patterns,
+            "backend": self.backend,
+            "launcher": self.launcher,
+            "schedule": self.schedule,
+            "rule": self.rule,
+            "centres": self.centres,
+            "measurements": len(self.measurements),
+            "retests": self.retests,
+            "unreachable": [{"host": h, "reason": r} for h, r in sorted(self.unreachable.items())],
+            "failed": [{"src": m.src, "dst": m.dst, "pattern": m.pattern, "error": m.error} for m in self.failures],
+            "notes": self.notes,
+            "pairs": [m.to_json() for m in self.measurements],
+            "findings": [f.to_json() for f in self.findings],
+            "interrupted": self.interrupted,
+            "exit_code": self.exit_code,
+        }

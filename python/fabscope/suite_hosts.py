@@ -1,0 +1,300 @@
+"""The two-host comparison suite: `fabscope suite --peer HOST` (against `fabscope serve` there) and
+`--hosts A,B` (MPI rows through the launcher): every transport that can run between the two hosts,
+same sizes and methodology, `--device` applied to every row, one comparison row per transport.
+
+What can run is read from this host's libraries (the engine's --inventory-json, the one reader of
+them): TCP; verbs on every RDMA port that is up; UCX once per network transport it offers (on the
+--device when one is given); libfabric once per provider that reaches other hosts; each MPI whose
+engine was built (with --hosts). A transport the peer lacks fails its own row, with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from . import inventory, runner
+from .auth import Key
+from .control import PeerBusy
+from .errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
+from .mpirun import MPI_FLAVOURS, find_mpi_engine
+from .report import charts
+from .report.charts import ComparisonRow
+from .report.figures import comparison_rows, make_label
+from .report.html import ReportInput, render_html
+from .report.markdown import comparison_markdown
+from .report.render import render_csv, render_json, render_md
+from .report.table import cell
+from .results import Result
+from .results.suite import SuiteSummary  # the suite's shape: owned by the result model
+
+LAT_SIZES = "8,4K"
+BW_SIZES = "64K,1M"
+# libfabric providers that only reach processes on the same host.
+HOST_LOCAL_PROVIDERS = ("shm", "sm2", "self")
+OMPI_PML_UCX = (("pml", "ucx"), ("pml_ucx_tls", "any"), ("pml_ucx_devices", "any"))
+VERBS_ABSENT = ("verbs: not in this table: {why}. To see verbs rows on a machine without an RDMA NIC, run the suite "
+                "in the Soft-RoCE guest: `fabscope testbed softroce run -- fabscope suite --quick`, or between two "
+                "guests: `fabscope testbed softroce run --two-guests -- fabscope suite --peer peer`")
+
+
+@dataclass(frozen=True)
+class Transport:
+    """One row of the comparison: a backend, its operation, and what is asked of it."""
+
+    backend: str
+    op: str
+    options: tuple[str, ...] = ()
+    mpi: str | None = None
+    mca: tuple[tuple[str, str], ...] = ()  # Open MPI selection (the MPI rows)
+
+    @property
+    def table_label(self) -> str:
+        """The name the comparison gives this transport's records (report.figures.transport_label)."""
+        shown = [f"{k} {v}" for o in self.options for k, _, v in [o[2:].partition("=")]
+                 if k in ("ucx-tls", "provider", "domain")]
+        shown += [f"device {o.partition('=')[2]}" for o in self.options if o.startswith("--device=")]
+        parts = [self.mpi] if self.mpi else []
+        parts += [f"pml {v}" for k, v in self.mca if k == "pml"]
+        return make_label(self.backend, self.op, ", ".join(parts + shown))
+
+    @property
+    def label(self) -> str:
+        extra = " ".join(self.options) + (f" --mpi={self.mpi}" if self.mpi else "")
+        extra += "".join(f" --mca {k}={v}" for k, v in self.mca)
+        return f"{self.backend} {self.op}" + (f" ({extra})" if extra else "")
+
+
+def _ucx_tls(transport: str, net: Sequence[str]) -> str:
+    """UCX_TLS for a row of one transport: a connected RDMA transport (rc_*, dc_*) cannot set up its
+    own connections (UCX wires up over an active-message transport), so the UD transport of the
+    same library comes along as ``:aux``, used for wire-up only, as UCX's own ``rc`` alias does."""
+    if transport.startswith(("rc_", "dc_")):
+        ud = "ud_mlx5" if transport.endswith("_mlx5") and "ud_mlx5" in net else "ud_verbs"
+        if ud in net:
+            return f"{transport},{ud}:aux"
+    return transport
+
+
+def _verbs_rows(inv: inventory.EngineInventory, device: str | None) -> tuple[list[Transport], str | None]:
+    if not inv.verbs.ok:
+        return [], VERBS_ABSENT.format(why=inv.verbs.describe("libibverbs"))
+    rows = [Transport("verbs", "send", (f"--device={d.name}", f"--ib-port={p.port}"))
+            for d in inv.verbs.devices for p in d.ports
+            if (p.state or "").upper().endswith("ACTIVE") and (not device or device == d.name)]
+    if rows:
+        return rows, None
+    if not inv.verbs.devices:
+        return [], VERBS_ABSENT.format(why="this host has no RDMA device")
+    ports = ", ".join(f"{d.name}/{p.port} {p.state}" for d in inv.verbs.devices for p in d.ports)
+    return [], VERBS_ABSENT.format(why=f"no RDMA port is up ({ports})" + (f" on --device {device}" if device else ""))
+
+
+def verbs_on_this_host(device: str | None = None) -> tuple[list[str], str | None]:
+    """RDMA devices with a port up here (for verbs rows), or the line saying why there are none."""
+    rows, why = _verbs_rows(inventory.query(), device)
+    devices = list(dict.fromkeys(o.split("=", 1)[1] for t in rows for o in t.options if o.startswith("--device=")))
+    return devices, why
+
+
+def transports(inv: inventory.EngineInventory, device: str | None, with_mpi: bool,
+               with_peer: bool) -> tuple[list[Transport], list[str]]:
+    """Every transport to measure between the two hosts, and a line for each one left out (why)."""
+    rows: list[Transport] = []
+    notes: list[str] = []
+    dev = (f"--device={device}",) if device else ()
+    if with_peer:
+        rows.append(Transport("tcp", "send", dev))
+        verbs, why = _verbs_rows(inv, device)
+        rows += verbs
+        notes += [why] if why else []
+        if inv.ucx.ok:
+            net = sorted({r.transport for r in inv.ucx.resources
+                          if r.device_type == "net" and (not device or r.device == device)})
+            rows += [Transport("ucx", "tag", (f"--ucx-tls={_ucx_tls(t, net)}", *dev)) for t in net]
+            if not net:
+                notes.append(f"ucx: no network transport on {device or 'any device'} (UCX offers "
+                             f"{', '.join(sorted({r.transport + '/' + r.device for r in inv.ucx.resources}))})")
+        else:
+            notes.append(inv.ucx.describe("ucx"))
+        if inv.ofi.ok:
+            # One row per core provider: "tcp" and "tcp;ofi_rxm" are the same wire (the engine layers
+            # the core name itself when the endpoint needs it).
+            cores: dict[str, str] = {}
+            for p in inv.ofi.provider_names:
+                core = p.split(";")[0]
+                if core not in HOST_LOCAL_PROVIDERS and (not device or device in inv.ofi.domains_of(p)):
+                    cores[core] = core if core in inv.ofi.provider_names else cores.get(core, p)
+            providers = list(cores.values())
+            rows += [Transport("ofi", "send", (f"--provider={p}", *dev)) for p in providers]
+        else:
+            notes.append(inv.ofi.describe("libfabric"))
+    if with_mpi:
+        for mpi in MPI_FLAVOURS:
+            try:
+                find_mpi_engine(mpi)
+            except FileNotFoundError:
+                notes.append(f"mpi {mpi}: its engine was not built (its development package was missing; `make setup`)")
+                continue
+            rows.append(Transport("mpi", "send", dev, mpi=mpi))
+            if mpi == "openmpi":
+                # Open MPI's two selections between hosts: its default (pml ob1 over btl tcp) and pml ucx,
+                # told to use any UCX transport and device (the fix the field notes give for UCX #10049).
+                rows.append(Transport("mpi", "send", dev, mpi=mpi, mca=OMPI_PML_UCX))
+    return rows, notes
+
+
+def _args(t: Transport, pattern: str, quick: bool) -> list[str]:
+    lat = pattern == "lat"
+    iters = ("200" if lat else "100") if quick else ("5000" if lat else "1000")
+    return [f"--backend={t.backend}", f"--op={t.op}", f"--pattern={pattern}", f"--sizes={LAT_SIZES if lat else BW_SIZES}",
+            f"--iters={iters}", "--warmup=50", *t.options]
+
+
+def line_rates_gbps() -> dict[str, float]:
+    """This host's port rates: RDMA ports (device and device/port) and physical netdevs. A virtual
+    netdev's "speed" (veth says 10000) is no line rate, so it is left out: unknown, not invented."""
+    from .devices import discover
+
+    inv = discover()
+    out: dict[str, float] = {}
+    for nd in inv.netdevs:
+        if nd.speed_mbps and not nd.virtual:
+            out[nd.name] = nd.speed_mbps / 1000.0
+    for d in inv.rdma_devices:
+        for p in d.ports:
+            if p.rate_gbps:
+                out[f"{d.name}/{p.num}"] = p.rate_gbps
+                out.setdefault(d.name, p.rate_gbps)
+    return out
+
+
+def _run_peer(args: list[str], peer: str, timeout_s: float, on_record: Callable[[Result], None],
+              key: Key | None) -> runner.RunOutcome:
+    """One row against the serve. Back-to-back rows can find the serve still ending the previous
+    run's engine (slow under emulation): "busy" is retried until --timeout, then it is the row's
+    failure. A peer that cannot be reached is the row's failure too (the caller stops on the first)."""
+    give_up = time.monotonic() + timeout_s
+    while True:
+        try:
+            return runner.run_peer(args + ["--format=json"], peer, timeout_s, on_record, key=key)
+        except PeerBusy as exc:
+            if time.monotonic() >= give_up:
+                return runner.RunOutcome(error=exc.message, exit_code=exc.exit_code)
+            time.sleep(0.25)
+        except FabscopeError as exc:
+            if exc.exit_code == EXIT_USAGE:
+                raise
+            return runner.RunOutcome(error=exc.message, exit_code=exc.exit_code)
+
+
+def only_backends(labels: Sequence[str], backends: Sequence[str] | None, notes: Sequence[str]) -> None:
+    """`suite --backends`: a backend asked for that has no row here is an error (never a silently
+    shorter table), naming why where a note says so. `labels` are the backends of the planned rows."""
+    missing = [b for b in backends or () if b not in labels]
+    if missing:
+        why = [n for n in notes if any(n.startswith(b) for b in missing)]
+        raise FabscopeError(f"suite --backends: no {', '.join(missing)} row can run here"
+                            + (f" ({'; '.join(why)})" if why else "")
+                            + f"; rows that can: {', '.join(dict.fromkeys(labels)) or 'none'}", EXIT_USAGE)
+
+
+def check_hosts(hosts: Sequence[str]) -> None:
+    if len(hosts) != 2 or not all(hosts):
+        raise FabscopeError(f"--hosts {','.join(hosts)}: give exactly two hosts, A,B (rank 0 on A, rank 1 on B)",
+                            EXIT_USAGE)
+    if hosts[0] == hosts[1]:
+        raise FabscopeError(f"--hosts {','.join(hosts)}: the same host twice; give two different hosts", EXIT_USAGE)
+
+
+def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[str] | None = None,
+                    device: str | None = None, key: Key | None = None, launcher: str = "mpirun",
+                    timeout_s: float = 10.0, quick: bool = False, backends: Sequence[str] | None = None) -> int:
+    if not peer and not hosts:
+        raise FabscopeError("suite: give --peer HOST (against `fabscope serve` there) and/or --hosts A,B (MPI rows)",
+                            EXIT_USAGE)
+    if hosts:
+        check_hosts(hosts)
+    inv = inventory.query()
+    plan, notes = transports(inv, device, with_mpi=bool(hosts), with_peer=bool(peer))
+    only_backends([t.backend for t in plan], backends, notes)
+    plan = [t for t in plan if backends is None or t.backend in backends]
+    if not peer:
+        notes.append("tcp, verbs, ucx, libfabric: not in this table: they run against `fabscope serve` on the other "
+                     "host; add --peer HOST")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    records: list[Result] = []
+    failed: list[str] = []
+    started = time.monotonic()
+    where = peer or (hosts[1] if hosts else "")
+    for t in plan:
+        for pattern in ("lat", "bw"):
+            print(f"fabscope suite: {t.label} {pattern} -> {where} ...", file=sys.stderr, flush=True)
+            got: list[Result] = []
+            args = _args(t, pattern, quick)
+            if t.backend == "mpi":
+                assert t.mpi is not None
+                try:
+                    outcome = runner.run_mpi(args, timeout_s, got.append, mpi=t.mpi, launcher=launcher,
+                                             hosts=list(hosts or []), mca=dict(t.mca) or None)
+                except (ValueError, FileNotFoundError) as exc:
+                    raise FabscopeError(str(exc), EXIT_USAGE) from exc
+            else:
+                assert peer is not None
+                outcome = _run_peer(args, peer, timeout_s, got.append, key)
+            records += got
+            if outcome.exit_code == EXIT_UNSUPPORTED:
+                notes.append(f"{t.label} {pattern}: unsupported: {outcome.error}")
+            elif outcome.exit_code:
+                failed.append(f"{t.label} {pattern}: FAILED (exit {outcome.exit_code}): {outcome.error}")
+                if outcome.exit_code == EXIT_PEER and not records:
+                    # The very first run could not reach the peer: every other row would wait out its
+                    # own deadline for the same reason.
+                    raise FabscopeError(f"suite: {outcome.error}", EXIT_PEER)
+    rates = line_rates_gbps()
+    rows = comparison_rows(records, rates)
+    # A transport with no result at all still has its row: it says what became of it.
+    measured = {r.label for r in rows}
+    for t in plan:
+        if t.table_label not in measured:
+            said = [line for line in failed + notes if line.startswith(f"{t.label} ")]
+            what = "unsupported" if said and all(": unsupported: " in line for line in said) else "FAILED"
+            rows.append(ComparisonRow(t.table_label, None, None, None, None, None, None, "-", what))
+    table = comparison_markdown(rows)
+    title = f"fabscope suite {'between ' + ', '.join(hosts) if hosts else 'to ' + str(peer)}"
+    print(f"# {title}: {len(records)} results in {time.monotonic() - started:.0f} s; latency = half round trip, "
+          "bandwidth at the receiver (Gb/s = 10^9 bit/s)")
+    print(_text_table(rows))
+    for line in notes + failed:
+        print(f"# {line}")
+    summary = SuiteSummary(title=title, peer=peer, hosts=list(hosts or []), device=device, line_rates_gbps=rates,
+                           notes=notes + failed, rows=[asdict(r) for r in rows])
+    (out / "suite.json").write_text(json.dumps(summary.to_json(), indent=1) + "\n")
+    (out / "hosts.jsonl").write_text(render_json(records))
+    (out / "hosts.csv").write_text(render_csv(records))
+    (out / "hosts.md").write_text(f"# {title}\n\n" + "".join(f"{n}\n\n" for n in notes + failed) + table + "\n"
+                                  + render_md(records))
+    written = "hosts.md, hosts.csv, hosts.jsonl, suite.json"
+    if charts.available():
+        (out / "report.html").write_text(render_html(ReportInput(records, title=title, line_rates=rates,
+                                                                 notes=notes + failed)))
+        written += ", report.html"
+    print(f"\nreport: {out}/{written}")
+    # A misroute is the loudest outcome (the table is not what was asked for), then a failed row.
+    if any(r.misrouted for r in records):
+        return EXIT_MISROUTED
+    return EXIT_MEASURE if failed else EXIT_OK
+
+
+def _text_table(rows: Sequence[Any]) -> str:
+    t = charts.comparison_table(rows)
+    cells = [[c.title for c in t.columns]] + [[cell(c, v) for c, v in zip(t.columns, r, strict=True)] for r in t.rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(t.columns))]
+    return "\n".join("  ".join(v.ljust(w) if i in (0, 7, 8) else v.rjust(w) for i, (v, w) in
+                               enumerate(zip(row, widths, strict=True))) for row in cells)

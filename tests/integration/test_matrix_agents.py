@@ -1,0 +1,93 @@
+"""The coordinator and real agents on loopback (no launcher, no namespaces): the one-time token,
+a silent connection that must not block others, a pair measured by two agents' engines, and an
+agent that stops answering becoming unreachable within its deadline."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from conftest import REPO
+from fabscope.matrix.agent import TOKEN_ENV
+from fabscope.matrix.coordinator import Coordinator
+from fabscope.matrix.execute import AgentMeasurer
+
+
+def start_agent(coord: Coordinator, token: str, rank: int) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"), OMPI_COMM_WORLD_RANK=str(rank))
+    env[TOKEN_ENV] = token
+    return subprocess.Popen([sys.executable, "-m", "fabscope", "matrix-agent", "--coordinator",
+                             f"127.0.0.1:{coord.port}", "--connect-timeout", "10"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def agents() -> Iterator[tuple[Coordinator, list[subprocess.Popen[str]]]]:
+    # Names the agents do not have (they all run on this host): the launcher's rank places them.
+    coord = Coordinator(["h0", "h1"], "127.0.0.1", 0)
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        yield coord, procs
+    finally:
+        coord.close()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+def test_wrong_token_is_refused_and_a_silent_connection_blocks_nobody(
+        agents: tuple[Coordinator, list[subprocess.Popen[str]]]) -> None:
+    _, procs = agents
+    coord = Coordinator(["h0"], "127.0.0.1", 0)
+    silent = socket.create_connection(("127.0.0.1", coord.port))  # says nothing, ever
+    try:
+        procs.append(start_agent(coord, "not-the-token", 0))
+        procs.append(start_agent(coord, coord.token, 0))
+        t0 = time.monotonic()
+        found = coord.gather(30)
+        took = time.monotonic() - t0
+        assert list(found) == ["h0"]
+        assert took < 20, f"the silent connection held the others up: {took:.1f} s"
+    finally:
+        silent.close()
+        coord.close()
+    assert procs[0].wait(timeout=10) == 3
+    assert "refused this agent: wrong or missing token" in procs[0].stderr.read()  # type: ignore[union-attr]
+    assert any("wrong or missing token" in r for r in coord.refused)
+
+
+def test_two_agents_measure_a_pair_then_one_stops_answering(
+        agents: tuple[Coordinator, list[subprocess.Popen[str]]]) -> None:
+    coord, procs = agents
+    procs += [start_agent(coord, coord.token, 0), start_agent(coord, coord.token, 1)]
+    found = coord.gather(20)
+    assert sorted(found) == ["h0", "h1"]
+    assert found["h0"].local_address == "127.0.0.1"
+    measurer = AgentMeasurer(found, ["--sizes=64K", "--iters=200", "--warmup=10"], 2.0, None)
+    [m] = measurer.measure([("h0", "h1", "bw", "screen")], 0)
+    assert m.error is None and m.value is not None and m.value > 0.05, m
+    assert m.record is not None and m.record["schema"] == "fabscope.result/1"
+    assert m.verdict == "not-requested"  # no --device: the path says where the bytes went, no verdict asked
+    [lat] = measurer.measure([("h1", "h0", "lat", "screen")], 1)
+    assert lat.value is not None and 0 < lat.value < 50_000
+
+    os.kill(procs[1].pid, signal.SIGSTOP)  # h1's agent hangs (not dead: its socket stays open)
+    try:
+        t0 = time.monotonic()
+        [hung] = measurer.measure([("h0", "h1", "bw", "screen")], 2)
+        took = time.monotonic() - t0
+    finally:
+        os.kill(procs[1].pid, signal.SIGCONT)
+    assert hung.value is None and "no answer from the agent on h1" in str(hung.error)
+    assert list(measurer.unreachable) == ["h1"]
+    assert took < 2.0 + 15 + 5  # the listen deadline: --timeout + 15 s
+    [skipped] = measurer.measure([("h1", "h0", "bw", "screen")], 3)
+    assert skipped.error is not None and skipped.error.startswith("unreachable")

@@ -1,0 +1,35 @@
+"""The report's history trend on real stored runs: three loopback TCP latency runs with busy polling
+(tag busy), then three with blocking waits on an idle-prone VM (tag block, tens of microseconds more
+per message): `fabscope report latest` draws the trend and marks the block runs as the regression
+that `fabscope compare` calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import html5lib
+
+from conftest import fabscope
+
+
+def test_report_trend_marks_the_regression_compare_calls(tmp_path: Path) -> None:
+    store = str(tmp_path / "history.db")
+    for tag, poll in (("busy", "busy"), ("busy", "busy"), ("busy", "busy"),
+                      ("block", "block"), ("block", "block"), ("block", "block")):
+        out = fabscope("run", "--loopback", "--backend", "tcp", "--pattern", "lat", "--sizes", "8", "--iters", "3000",
+                       "--poll", poll, "--store", store, "--tag", tag, "--format", "json")
+        assert out.returncode == 0, out.stderr
+    called = fabscope("compare", "busy", "block", "--store", store)
+    page = tmp_path / "report.html"
+    out = fabscope("report", "latest", "--store", store, "--html", str(page), timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = page.read_text()
+    html5lib.HTMLParser(strict=True).parse(text)
+    assert "<h2>History: tcp send lat 8 B p50 (tcp via lo)</h2>" in text
+    rows = [line for line in text.split("<tr>") if "(busy)</td>" in line or "(block)</td>" in line]
+    assert len(rows) == 6, rows
+    # compare calls --poll block a regression (bench/ validates that injection); the report marks
+    # exactly those runs, and none of the baseline.
+    assert called.returncode == 9, called.stdout
+    assert all("regression" in r for r in rows if "(block)" in r), rows
+    assert not any("regression" in r for r in rows if "(busy)" in r)

@@ -1,0 +1,266 @@
+"""`fabscope serve` against silent, slow, unauthenticated, replaying and greedy clients: real serve,
+real engines, loopback only."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from serve_helpers import ENV, frame, make_key, read_frame, serve
+
+from conftest import fabscope
+from fabscope import auth, control
+from fabscope.errors import FabscopeError
+from fabscope.serve import HANDSHAKE_TIMEOUT_S
+
+QUICK = ("--iters", "100", "--warmup", "10", "--sizes", "8")
+
+
+def run(addr: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return fabscope("run", "--peer", addr, "--timeout", "5", *QUICK, *args, timeout=60)
+
+
+def test_silent_and_slow_connections_do_not_delay_an_honest_client(tmp_path: Path) -> None:
+    key = auth.load_key(make_key(tmp_path / "key"))
+    with serve(tmp_path, "--key-file", key.path) as srv:
+        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(10)]
+        loris = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(3)]
+        for s in loris:
+            s.send(b"\x00")  # the first byte of a length prefix, and then nothing for a long time
+        try:
+            time.sleep(0.3)  # all 13 are inside their handshakes now
+            t0 = time.monotonic()
+            sock = control.open_session(srv.addr, "engine", key, 5.0)
+            handshake_s = time.monotonic() - t0
+            sock.close()
+            assert handshake_s < 1.0, f"an honest handshake took {handshake_s:.2f} s next to 13 silent connections"
+            print(f"\nhonest handshake next to 13 silent/slow connections: {handshake_s * 1000:.1f} ms")
+            out = run(srv.addr, "--key-file", key.path)
+            assert out.returncode == 0, out.stderr
+            # The silent ones are dropped at the handshake deadline, not at --timeout.
+            t1 = time.monotonic()
+            idle[0].settimeout(HANDSHAKE_TIMEOUT_S + 5)
+            hello = read_frame(idle[0])
+            assert hello["type"] == "hello" and hello["auth"] == "hmac-sha256"
+            bye = read_frame(idle[0])
+            assert bye["type"] == "error" and "no answer" in bye["message"]
+            assert idle[0].recv(1) == b""
+            assert time.monotonic() - t1 < HANDSHAKE_TIMEOUT_S + 2
+        finally:
+            for s in idle + loris:
+                s.close()
+        assert srv.proc.poll() is None
+
+
+def test_connections_per_source_are_bounded_and_the_refusal_says_which_option(tmp_path: Path) -> None:
+    with serve(tmp_path, "--max-connections-per-source", "3") as srv:
+        held = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(3)]
+        try:
+            time.sleep(0.3)
+            with socket.create_connection(("127.0.0.1", srv.port)) as extra:
+                msg = read_frame(extra)
+            assert msg["type"] == "error" and msg["reason"] == "connections"
+            assert "--max-connections-per-source" in msg["message"]
+        finally:
+            for s in held:
+                s.close()
+        # Slots come back: an honest run works afterwards.
+        assert run(srv.addr).returncode == 0
+
+
+def test_key_no_key_wrong_key(tmp_path: Path) -> None:
+    key = make_key(tmp_path / "key")
+    wrong = make_key(tmp_path / "wrong")
+    with serve(tmp_path, "--key-file", str(key)) as srv:
+        ok = run(srv.addr, "--key-file", str(key), "--format", "json")
+        assert ok.returncode == 0, ok.stderr
+        none = run(srv.addr)
+        assert none.returncode == 3 and "requires authentication" in none.stderr and "--key-file" in none.stderr
+        bad = run(srv.addr, "--key-file", str(wrong))
+        assert bad.returncode == 3
+        assert "authentication failed" in bad.stderr and srv.addr in bad.stderr
+        assert "Traceback" not in bad.stderr + none.stderr
+        doc = fabscope("doctor", "--peer", srv.addr, "--key-file", str(wrong))
+        assert doc.returncode == 3 and "authentication failed" in doc.stderr
+        refusals = [e for e in srv.events("refused") if e["reason"] == "auth"]
+        assert len(refusals) == 2, srv.events()  # one line per failed client (run, doctor)
+        (done,) = srv.wait_event("run")
+        assert done["key_id"] == auth.load_key(key).key_id and done["outcome"] == "ok" and done["exit_code"] == 0
+        assert done["options"]["core"]["iters"] == "100" and done["duration_s"] > 0
+        assert key.read_bytes().hex() not in srv.log_path.read_text()
+        assert srv.proc.poll() is None
+
+
+def test_a_client_key_does_not_talk_to_a_serve_without_authentication(tmp_path: Path) -> None:
+    key = make_key(tmp_path / "key")
+    with serve(tmp_path) as srv:
+        out = run(srv.addr, "--key-file", str(key))
+    assert out.returncode == 3 and "does not authenticate" in out.stderr
+
+
+def test_a_recorded_authentication_cannot_be_replayed(tmp_path: Path) -> None:
+    key = auth.load_key(make_key(tmp_path / "key"))
+    with serve(tmp_path, "--key-file", key.path) as srv:
+        # An eavesdropper records a whole honest hello (it passes: this proves the recording is good).
+        with socket.create_connection(("127.0.0.1", srv.port)) as s:
+            first = read_frame(s)
+            cn = auth.new_nonce()
+            recorded = {**control.client_hello("engine", cn), "key_id": key.key_id,
+                        "mac": auth.mac(key, "client", "engine", first["nonce"], cn)}
+            s.sendall(frame(recorded))
+            welcome = read_frame(s)
+            assert welcome["type"] == "welcome"
+            assert auth.verify(key, "server", "engine", first["nonce"], cn, welcome["mac"])
+        # ...and replays it on a new connection: the server's nonce is fresh, so it is refused.
+        with socket.create_connection(("127.0.0.1", srv.port)) as s:
+            second = read_frame(s)
+            assert second["nonce"] != first["nonce"]
+            s.sendall(frame(recorded))
+            refused = read_frame(s)
+        assert refused["type"] == "error" and refused["reason"] == "auth"
+        # The server's own proof cannot be reflected as a client's (the role is in the transcript).
+        with socket.create_connection(("127.0.0.1", srv.port)) as s:
+            read_frame(s)
+            reflected = {**control.client_hello("engine", cn), "mac": welcome["mac"]}
+            s.sendall(frame(reflected))
+            assert read_frame(s)["reason"] == "auth"
+
+
+def test_allow_refuses_other_sources_with_a_reason(tmp_path: Path) -> None:
+    with serve(tmp_path, "--allow", "10.0.0.0/8") as srv:
+        out = run(srv.addr)
+        assert out.returncode == 3 and "--allow" in out.stderr
+        (ev,) = srv.events("refused")
+        assert ev["reason"] == "allow" and ev["client"].startswith("127.0.0.1:")
+    with serve(tmp_path, "--allow", "192.168.0.0/16,127.0.0.0/8") as srv:
+        assert run(srv.addr).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("serve_args", "client_args", "code", "fix"),
+    [
+        (("--max-size", "1M"), ("--sizes", "8,2M"), 2, "--max-size 2M"),
+        (("--max-iters", "1000"), ("--iters", "5000"), 2, "--max-iters 5000"),
+        (("--max-duration", "5"), ("--duration", "3", "--sizes", "8,16"), 2, "--max-duration 8"),
+        (("--max-memory", "16M"), ("--sizes", "16M", "--pattern", "bw"), 2, "--max-memory 32M"),
+    ],
+)
+def test_each_limit_refuses_naming_the_serve_option(
+    tmp_path: Path, serve_args: tuple[str, ...], client_args: tuple[str, ...], code: int, fix: str
+) -> None:
+    with serve(tmp_path, *serve_args) as srv:
+        out = fabscope("run", "--peer", srv.addr, "--timeout", "5", "--iters", "100", "--warmup", "10", *client_args)
+        assert out.returncode == code, out.stderr
+        assert fix in out.stderr, out.stderr
+        (ev,) = srv.events("refused")
+        assert ev["reason"] == serve_args[0][2:] and fix in ev["message"]
+        assert run(srv.addr).returncode == 0  # still serving
+
+
+def test_runs_per_minute_per_client(tmp_path: Path) -> None:
+    with serve(tmp_path, "--max-runs-per-minute", "2") as srv:
+        assert run(srv.addr).returncode == 0
+        assert run(srv.addr).returncode == 0
+        third = run(srv.addr)
+        assert third.returncode == 3 and "--max-runs-per-minute" in third.stderr
+
+
+def test_back_to_back_runs_are_not_told_busy(tmp_path: Path) -> None:
+    """A run that starts while the previous run's engine is still exiting waits for it."""
+    from fabscope import runner
+
+    with serve(tmp_path) as srv:
+        for _ in range(5):
+            outcome = runner.run_peer(list(QUICK), srv.addr, 5.0)
+            assert outcome.exit_code == 0, outcome.error
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("--timeout", "abc"), "--timeout"),
+        (("--device", "nosuch0"), "lo"),
+        (("--port", "70000"), "--port"),
+        (("--key-file", "/nonexistent/key"), "head -c 32 /dev/urandom"),
+        (("--bind", "0.0.0.0"), "--insecure-no-auth"),
+        (("--max-size", "lots"), "--max-size"),
+        (("--allow", "10.0.0.0/33"), "--allow"),
+    ],
+)
+def test_bad_options_are_exit_2_before_listening(args: tuple[str, ...], says: str) -> None:
+    t0 = time.monotonic()
+    out = fabscope("serve", "--port", "0", *args, timeout=30)
+    assert out.returncode == 2, out.stderr
+    assert says in out.stderr and "Traceback" not in out.stderr
+    assert "listening" not in out.stderr
+    assert time.monotonic() - t0 < 15
+
+
+def test_key_file_readable_by_others_is_refused_with_the_fix(tmp_path: Path) -> None:
+    key = make_key(tmp_path / "key")
+    key.chmod(0o644)
+    out = fabscope("serve", "--port", "0", "--key-file", str(key))
+    assert out.returncode == 2 and f"chmod 600 {key}" in out.stderr
+    with pytest.raises(FabscopeError, match="chmod 600"):
+        auth.load_key(key)
+    key.write_bytes(b"short\n")
+    key.chmod(0o600)
+    with pytest.raises(FabscopeError, match="16 to 4096 bytes"):
+        auth.load_key(key)
+
+
+def test_garbage_and_oversize_frames_leave_serve_running(tmp_path: Path) -> None:
+    with serve(tmp_path) as srv:
+        for payload in (b"\xff\xff\xff\xffjunk", b"GET / HTTP/1.0\r\n\r\n", b"\x00\x00\x00\x05{]}x" * 3,
+                        frame({"type": "hello", "proto": control.PROTO_VERSION, "service": "engine", "nonce": "zz"}),
+                        b"\x00\x00\x00\x10" + b"[" * 16):
+            with socket.create_connection(("127.0.0.1", srv.port)) as s:
+                read_frame(s)  # the server hello
+                s.sendall(payload)
+                s.settimeout(HANDSHAKE_TIMEOUT_S + 3)
+                try:
+                    while s.recv(4096):
+                        pass
+                except ConnectionResetError:
+                    pass
+        assert srv.proc.poll() is None
+        assert run(srv.addr).returncode == 0
+        assert not srv.events("error"), srv.events("error")
+
+
+def test_an_engine_cannot_connect_to_serve_without_the_front_end(tmp_path: Path, engine: Path) -> None:
+    """A bare `fabscope-engine --peer` skips authentication: serve tells it what to use instead."""
+    with serve(tmp_path) as srv:
+        out = subprocess.run([str(engine), "--peer", srv.addr, "--timeout", "3"], capture_output=True, text=True,
+                             timeout=30, env=ENV)
+    assert out.returncode == 3 and "fabscope run --peer" in out.stderr
+
+
+def test_doctor_peer_with_the_key_runs_on_both_hosts(tmp_path: Path) -> None:
+    key = make_key(tmp_path / "key")
+    with serve(tmp_path, "--key-file", str(key)) as srv:
+        out = fabscope("doctor", "--json", "--peer", srv.addr, "--key-file", str(key), timeout=180)
+        assert out.returncode in (0, 1, 7), out.stderr
+        assert '"fabscope.doctor-pair/1"' in out.stdout
+        (done,) = srv.wait_event("run", timeout=60)
+        assert done["service"] == "doctor" and done["key_id"] == auth.load_key(key).key_id
+
+
+def test_engine_peer_fd_needs_a_connected_socket_and_session_open(engine: Path) -> None:
+    out = subprocess.run([str(engine), "--peer-fd", "0", "--session-open", "1"], capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL, timeout=30)
+    assert out.returncode == 2 and "not a connected socket" in out.stderr
+    out = subprocess.run([str(engine), "--peer-fd", "0"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "--session-open 1" in out.stderr
+
+
+def test_another_protocol_version_is_told_both_versions(tmp_path: Path) -> None:
+    with serve(tmp_path) as srv, socket.create_connection(("127.0.0.1", srv.port)) as s:
+        read_frame(s)
+        s.sendall(frame({"type": "hello", "proto": 99, "version": "9.9.9" + "x" * 100_000, "service": "engine"}))
+        msg = read_frame(s)
+        assert msg["type"] == "error" and "protocol 99" in msg["message"] and "9.9.9" in msg["message"]
+        assert len(msg["message"]) < 2000  # the client's 100 kB version string is not echoed back

@@ -1,0 +1,160 @@
+"""Soak: one `fabscope serve` (with a key) takes back-to-back honest runs while hostile clients hammer
+it: garbage, oversize length prefixes, silent connections, half-closed ones, slow-loris, bursts of
+many at once, wrong keys and replays. Zero serve deaths, every honest run completes, open file
+descriptors and memory flat at the end. Loopback only; hostile clients come from other 127/8
+addresses (as on a real network they come from other hosts), the honest one from 127.0.0.1.
+
+Its own stage (`pytest -m soak`, scripts/test.sh); FABSCOPE_SOAK_SECONDS sets its length (180)."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from serve_helpers import frame, make_key, open_fds, read_frame, rss_kib, serve
+
+from fabscope import auth, control, runner
+from fabscope.serve import HANDSHAKE_TIMEOUT_S
+
+pytestmark = pytest.mark.soak
+
+SECONDS = float(os.environ.get("FABSCOPE_SOAK_SECONDS", "180"))
+HONEST_ARGS = ["--iters", "20", "--warmup", "2", "--sizes", "8", "--clock", "monotonic"]
+
+
+class Hostile:
+    """One thread per attack kind, each from its own loopback address, until stopped."""
+
+    def __init__(self, port: int, key: auth.Key) -> None:
+        self.port = port
+        self.key = key
+        self.stop = threading.Event()
+        self.counts: Counter[str] = Counter()
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+
+    def _conn(self, src: str, timeout: float = 5.0) -> socket.socket:
+        s = socket.socket()
+        s.settimeout(timeout)
+        s.bind((src, 0))
+        s.connect(("127.0.0.1", self.port))
+        return s
+
+    def _loop(self, name: str, src: str, attack: object) -> None:
+        rng = random.Random(name)
+        while not self.stop.is_set():
+            try:
+                attack(src, rng)  # type: ignore[operator]
+                with self.lock:
+                    self.counts[name] += 1
+            except (OSError, AssertionError):
+                with self.lock:
+                    self.counts[name] += 1  # a refusal or reset is the expected answer to an attack
+            self.stop.wait(0.02)
+
+    def garbage(self, src: str, rng: random.Random) -> None:
+        with self._conn(src) as s:
+            s.sendall(rng.randbytes(rng.randint(1, 3000)))
+
+    def oversize(self, src: str, rng: random.Random) -> None:
+        with self._conn(src) as s:
+            read_frame(s)
+            s.sendall(struct.pack(">I", rng.choice([0, 2**32 - 1, 256 * 1024 + 1])) + b"{}")
+            s.recv(4096)
+
+    def silent(self, src: str, rng: random.Random) -> None:
+        with self._conn(src, HANDSHAKE_TIMEOUT_S + 5) as s:
+            while s.recv(4096):
+                pass
+
+    def half_closed(self, src: str, rng: random.Random) -> None:
+        with self._conn(src) as s:
+            s.shutdown(socket.SHUT_WR)
+            while s.recv(4096):
+                pass
+
+    def slow_loris(self, src: str, rng: random.Random) -> None:
+        with self._conn(src) as s:
+            read_frame(s)
+            for byte in frame(control.client_hello("engine", auth.new_nonce())):
+                if self.stop.is_set():
+                    return
+                s.send(bytes([byte]))
+                time.sleep(0.3)
+
+    def burst(self, src: str, rng: random.Random) -> None:
+        socks = []
+        try:
+            for _ in range(40):
+                socks.append(self._conn(src))
+        finally:
+            for s in socks:
+                s.close()
+        self.stop.wait(1.0)
+
+    def wrong_key(self, src: str, rng: random.Random) -> None:
+        with self._conn(src) as s:
+            hello = read_frame(s)
+            cn = auth.new_nonce()
+            bogus = auth.Key(rng.randbytes(32), "bogus", "bogus")
+            s.sendall(frame({**control.client_hello("engine", cn), "key_id": "bogus",
+                             "mac": auth.mac(bogus, "client", "engine", hello["nonce"], cn)}))
+            assert read_frame(s)["reason"] == "auth"
+
+    def start(self) -> list[threading.Thread]:
+        attacks = [self.garbage, self.oversize, self.silent, self.silent, self.half_closed, self.slow_loris,
+                   self.slow_loris, self.burst, self.wrong_key]
+        threads = []
+        for i, attack in enumerate(attacks):
+            t = threading.Thread(target=self._loop, args=(f"{attack.__name__}-{i}", f"127.0.0.{10 + i}", attack),
+                                 daemon=True)
+            t.start()
+            threads.append(t)
+        return threads
+
+
+def test_soak_honest_runs_complete_while_hostile_clients_hammer_serve(tmp_path: Path) -> None:
+    key = auth.load_key(make_key(tmp_path / "key"))
+    with serve(tmp_path, "--key-file", key.path, "--max-runs-per-minute", "1000000",
+               "--max-connections", "256") as srv:
+        hostile = Hostile(srv.port, key)
+        threads = hostile.start()
+        honest, failures = 0, []
+        t0 = time.monotonic()
+        baseline: tuple[int, int] | None = None
+        try:
+            while time.monotonic() - t0 < SECONDS:
+                outcome = runner.run_peer(HONEST_ARGS, srv.addr, 10.0, key=key)
+                honest += 1
+                if outcome.exit_code != 0 or len(outcome.records) != 1:
+                    failures.append(f"run {honest}: {outcome.exit_code} {outcome.error}")
+                assert srv.proc.poll() is None, "serve died"
+                if baseline is None and time.monotonic() - t0 > 20:
+                    baseline = (open_fds(srv.proc.pid), rss_kib(srv.proc.pid))
+        finally:
+            hostile.stop.set()
+            for t in threads:
+                t.join(timeout=HANDSHAKE_TIMEOUT_S + 10)
+        assert not failures, failures[:5]
+        # Every hostile connection is gone once its handshake deadline has passed.
+        time.sleep(HANDSHAKE_TIMEOUT_S + 1)
+        assert srv.proc.poll() is None
+        assert baseline is not None
+        fds, rss = open_fds(srv.proc.pid), rss_kib(srv.proc.pid)
+        print(f"\nsoak: {honest} honest runs in {time.monotonic() - t0:.0f} s, hostile connections: "
+              f"{dict(hostile.counts)}; serve fds {baseline[0]} -> {fds}, RSS {baseline[1]} -> {rss} KiB")
+        assert fds <= baseline[0], f"serve holds {fds} fds, {baseline[0]} after warm-up"
+        assert rss - baseline[1] < 8 * 1024, f"serve RSS grew from {baseline[1]} to {rss} KiB"
+        assert sum(hostile.counts.values()) > honest
+        assert not srv.events("error"), srv.events("error")[:3]
+        runs = srv.events("run")
+        assert len(runs) >= honest - 1 and all(r["outcome"] == "ok" for r in runs)
+        # The refusal log is rate limited: the flood did not write a line per connection.
+        assert len(srv.events("refused")) < sum(hostile.counts.values())

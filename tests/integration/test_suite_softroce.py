@@ -1,0 +1,52 @@
+"""The two-host suite's verbs rows, for real: `fabscope suite --peer peer` in the client Soft-RoCE
+guest against `fabscope serve` in the server guest (the testbed's default server command). Slow under
+TCG emulation (several minutes), so it runs with the other Soft-RoCE tests (marker softroce)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fabscope.testbed import softroce
+
+pytestmark = pytest.mark.softroce
+
+
+def _cannot_boot() -> str | None:
+    if shutil.which("qemu-system-x86_64") is None:
+        return "qemu-system-x86_64 missing (make setup installs qemu-system-x86)"
+    cached = softroce.default_cache_dir() / softroce.recipe_key() / "manifest.json"
+    if os.geteuid() != 0 and not cached.exists():
+        return "no cached Soft-RoCE image and not root (building it needs debootstrap as root)"
+    return None
+
+
+def test_suite_peer_between_two_softroce_guests_has_verbs_rows(tmp_path: Path) -> None:
+    why = _cannot_boot()
+    if why:
+        pytest.skip(why)
+    softroce.build()
+    out = tmp_path / "out"
+    with open(tmp_path / "console.log", "w") as console:
+        # tcp and verbs rows only: under TCG every row costs minutes, and UCX/libfabric over rxe are
+        # covered by tests/softroce (this test is about the suite's verbs rows beside its tcp row).
+        rc = softroce.run(["fabscope", "suite", "--peer", "peer", "--quick", "--no-store", "--timeout", "30",
+                           "--backends", "tcp,verbs", "--out", "/out/suite"], two_guests=True, out_dir=out,
+                          timeout_s=900,
+                          stdout=console, stderr=console)
+    log = (tmp_path / "console.log").read_text()
+    summary_file = out / "client" / "suite" / "suite.json"
+    assert summary_file.exists(), log[-4000:]
+    rows = {r["label"]: r for r in json.loads(summary_file.read_text())["rows"]}
+    verbs = [r for label, r in rows.items() if label.startswith("verbs send (device rxe0")]
+    assert verbs, (rows.keys(), log[-3000:])
+    (row,) = verbs
+    assert row["carried_by"].startswith("verbs rxe0/1"), row
+    assert isinstance(row["lat8_p50_us"], float) and isinstance(row["bw1m_gbps"], float), row
+    assert "verbs: not in this table" not in log
+    assert {label.split()[0] for label in rows} == {"tcp", "verbs"}, rows.keys()
+    assert rc in (0, 4, 5), log[-3000:]  # a row the guest's libraries cannot do fails alone, said in the table

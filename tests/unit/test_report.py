@@ -1,0 +1,138 @@
+"""The report's renderers on saved records: golden text / Markdown / CSV, the comparison rows, the
+charts (heatmap findings, histogram or percentile fallback), and the inputs' errors.
+
+Golden files live in tests/fixtures/report/golden/; after an intended change of the output,
+regenerate them with FABSCOPE_UPDATE_GOLDEN=1 (the only time a test writes into the tree) and
+review the diff."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, fabscope
+from fabscope.errors import FabscopeError
+from fabscope.report import charts
+from fabscope.report.command import markdown_report
+from fabscope.report.figures import comparison_rows, distribution
+from fabscope.report.inputs import read_inputs
+from fabscope.report.markdown import markdown_table
+from fabscope.report.render import render_csv, render_text
+from fabscope.report.table import Column, Table
+from fabscope.results import parse_record
+from fabscope.results.matrix import Finding, MatrixRun, Measurement
+
+FIXTURES = REPO / "tests" / "fixtures"
+SUITE_RECORDS = FIXTURES / "report" / "suite-peer-netns.jsonl"
+GOLDEN = FIXTURES / "report" / "golden"
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("FABSCOPE_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text.encode())
+    assert path.exists(), f"{path} missing: run with FABSCOPE_UPDATE_GOLDEN=1 once and review it"
+    assert text == path.read_bytes().decode(), f"{name} differs from its golden file (FABSCOPE_UPDATE_GOLDEN=1 to accept)"
+
+
+def test_golden_text_markdown_csv_of_a_two_host_suite() -> None:
+    inputs = read_inputs([str(SUITE_RECORDS)])
+    assert len(inputs.records) == 12
+    check_golden("suite-peer-netns.txt", render_text(inputs.records))
+    check_golden("suite-peer-netns.md", markdown_report("fabscope suite to 10.201.0.2", inputs))
+    check_golden("suite-peer-netns.csv", render_csv(inputs.records))
+
+
+def test_comparison_rows_one_per_transport() -> None:
+    rows = {r.label: r for r in comparison_rows(read_inputs([str(SUITE_RECORDS)]).records, {"fabric0": 1.0})}
+    assert set(rows) == {"tcp send (device fabric0)", "ucx tag (ucx-tls tcp, device fabric0)",
+                         "ofi send (provider tcp, device fabric0)"}
+    tcp = rows["tcp send (device fabric0)"]
+    assert tcp.lat8_p50_us is not None and tcp.lat8_p99_us is not None and tcp.lat4k_p50_us is not None
+    assert tcp.lat8_p50_us <= tcp.lat8_p99_us
+    assert tcp.bw64k_gbps is not None and tcp.bw1m_gbps is not None and 0.3 < tcp.bw1m_gbps < 1.1  # 1 Gbit/s shaping
+    assert tcp.line_rate_pct == pytest.approx(100.0 * tcp.bw1m_gbps)  # carried by fabric0, 1 Gb/s given
+    assert tcp.carried_by == "tcp via fabric0"
+    # libfabric ignored --device fabric0 between the hosts: the worst verdict of the row says so.
+    assert rows["ofi send (provider tcp, device fabric0)"].path == "misrouted"
+
+
+def test_markdown_is_real_tables() -> None:
+    table = Table([Column("name", "transport"), Column("v", "p50[µs]", "{:.2f}")], [["a|b", 1.0], ["c", None]])
+    assert markdown_table(table) == "| transport | p50[µs] |\n|:---|---:|\n| a\\|b | 1.00 |\n| c | - |\n"
+    md = markdown_report("t", read_inputs([str(SUITE_RECORDS)]))
+    assert "```" not in md and "| tcp send (device fabric0) |" in md
+
+
+def small_matrix() -> MatrixRun:
+    hosts = ["h1", "h2", "h3"]
+    run = MatrixRun(hosts=hosts, patterns=["bw", "lat"], backend="tcp", schedule={}, rule={"bw_fraction": 0.8})
+    for src in hosts:
+        for dst in hosts:
+            if src != dst:
+                slow = "h3" in (src, dst)
+                run.measurements.append(Measurement(src, dst, "bw", 0.2 if slow else 0.9))
+                run.measurements.append(Measurement(src, dst, "lat", 90.0 if slow else 30.0))
+    run.findings = [Finding("node", ["h3"], "h3 slow with every partner")]
+    return run
+
+
+def test_matrix_heatmap_marks_the_bad_node() -> None:
+    heatmaps = charts.matrix_heatmaps(small_matrix())  # the matrix's own object, as `fabscope matrix` holds it
+    assert [c.title for c in heatmaps] == ["Fabric matrix (3 hosts, bw)", "Fabric matrix (3 hosts, lat)"]
+    bw = heatmaps[0]
+    assert bw.table.rows[2] == ["h3", 0.2, 0.2, None] and bw.table.rows[0] == ["h1", None, 0.9, 0.2]
+    assert "node h3" in bw.caption and "bandwidth in Gb/s, measured at the receiver" in bw.caption
+    assert 'fill="#d62728"' in bw.svg or "#d62728" in bw.svg  # the red frame and label
+    assert "half round trip" in heatmaps[1].caption
+    # The same object as JSON (what `fabscope matrix --format json` writes) draws the same table.
+    assert charts.matrix_heatmaps(small_matrix().to_json())[0].table.rows == bw.table.rows
+
+
+def test_report_command_reads_a_matrix_file(tmp_path: Path) -> None:
+    matrix_file = tmp_path / "matrix.json"
+    matrix_file.write_text(json.dumps(small_matrix().to_json(), indent=1))
+    out = fabscope("report", str(matrix_file), "--html", str(tmp_path / "m.html"), "--no-history")
+    assert out.returncode == 0, out.stderr
+    page = (tmp_path / "m.html").read_text()
+    assert "<h2>Fabric matrix (3 hosts, bw)</h2>" in page and "<h2>Fabric matrix (3 hosts, lat)</h2>" in page
+
+
+def test_distribution_uses_the_histogram_when_the_record_has_one() -> None:
+    with_hist = read_inputs([str(FIXTURES / "records" / "tcp-send-lat-with-histogram.jsonl")]).records
+    dist = distribution(with_hist)
+    assert dist is not None and dist.buckets and sum(b[2] for b in dist.buckets) == with_hist[-1].latency.samples  # type: ignore[union-attr]
+    chart = charts.latency_distribution(dist, "half round trip")
+    assert "Histogram of every measured sample" in chart.caption
+    # A record from before the histogram (0.1): its percentiles are drawn instead.
+    raw = dict(with_hist[-1].raw, latency_us={k: v for k, v in with_hist[-1].raw["latency_us"].items()
+                                              if k != "histogram"})
+    fallback = distribution([parse_record(raw, judge_path=False)])
+    assert fallback is not None and not fallback.buckets and set(fallback.percentiles) == {"min", "p50", "p99", "p999", "max"}
+    assert "carries no histogram" in charts.latency_distribution(fallback, "half round trip").caption
+
+
+def test_svg_ids_are_unique_across_charts() -> None:
+    import re
+
+    records = read_inputs([str(SUITE_RECORDS)]).records
+    from fabscope.report.html import ReportInput, render_html
+
+    page = render_html(ReportInput(records))
+    ids = re.findall(r'\sid="([^"]+)"', page)
+    assert ids and len(ids) == len(set(ids))
+    assert "http://" not in page.replace("http://www.w3.org/", "") and "https://" not in page
+
+
+def test_report_inputs_errors_name_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(SUITE_RECORDS.read_text().splitlines()[0] + "\n{not json\n")
+    with pytest.raises(FabscopeError) as exc:
+        read_inputs([str(bad)])
+    assert f"{bad}:2" in exc.value.message and exc.value.exit_code == 2
+    out = fabscope("report", str(tmp_path / "missing.jsonl"), "--md", str(tmp_path / "r.md"))
+    assert out.returncode == 2 and "no such file" in out.stderr and "Traceback" not in out.stderr
