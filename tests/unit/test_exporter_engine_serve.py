@@ -37,8 +37,9 @@ def one_shot(root: Path) -> dict[str, Any]:
 
 
 def port(snap: dict[str, Any], device: str) -> dict[str, Any]:
-    (p,) = [p for p in snap["rdma"] if p["device"] == device]
-    return p
+    found: list[dict[str, Any]] = [p for p in snap["rdma"] if p["device"] == device]
+    assert len(found) == 1, found
+    return found[0]
 
 
 def test_serve_answers_each_request_with_the_one_shot_snapshot_and_fresh_values(tmp_path: Path) -> None:

@@ -255,12 +255,15 @@ struct fc_dir {
 static struct fc_dir *fc_dirs;
 static size_t fc_ndirs, fc_cap;
 static int fc_on;
+static size_t fc_nfds, fc_max_fds; /* files held open, and how many may be (below RLIMIT_NOFILE) */
 
 static void fc_reset(struct fc_dir *o)
 {
     for (size_t i = 0; i < o->n; i++)
-        if (o->e[i].fd >= 0)
+        if (o->e[i].fd >= 0) {
             close(o->e[i].fd);
+            fc_nfds--;
+        }
     o->n = o->hint = 0;
 }
 
@@ -336,7 +339,10 @@ static ssize_t fc_read(struct fc_dir *o, int dirfd, const char *rel, char *buf, 
         int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC);
         if (fd < 0 && errno != ENOENT && errno != ENOTDIR)
             return -1; /* EMFILE, EACCES...: not a fact worth remembering */
-        e = o ? fc_add(o, rel, fd) : NULL;
+        /* Keep a margin of descriptors for directories and stdio: past it, read uncached. */
+        e = o && (fd < 0 || fc_nfds < fc_max_fds) ? fc_add(o, rel, fd) : NULL;
+        if (e && fd >= 0)
+            fc_nfds++;
         if (!e) {
             if (fd < 0)
                 return -1;
@@ -350,6 +356,7 @@ static ssize_t fc_read(struct fc_dir *o, int dirfd, const char *rel, char *buf, 
     ssize_t n = pread(e->fd, buf, len, 0);
     if (n < 0) { /* removed under us: forget the file, find it afresh next time */
         close(e->fd);
+        fc_nfds--;
         e->fd = -1;
         e->name[0] = '\0';
     }
@@ -807,6 +814,10 @@ int fs_counters_serve(void)
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        fc_max_fds = rl.rlim_cur > 256 ? (size_t)rl.rlim_cur - 256 : 0;
+    else
+        fc_max_fds = 1u << 20;
     fc_on = 1;
     char line[64];
     /* One request per line on stdin; end of input (the exporter went away) ends the engine. */

@@ -1,7 +1,8 @@
 """`fabscope exporter`: the fabric's counters and fabscope's latest results for Prometheus.
 
-Each scrape runs ``fabscope-engine --counters-json`` (the engine is the only counter reader) and turns
-its raw snapshot into metric families with ``prometheus_client``:
+Each scrape asks the collector's one long-lived ``fabscope-engine --counters-serve`` (the engine is the only
+counter reader; it keeps the counter files open between scrapes) for the ``--counters-json`` snapshot and
+turns it into metric families with ``prometheus_client``, served in the Prometheus text format:
 
 * every RDMA port (labels device, port, link_layer, netdev, node_guid): data bytes (IB
   ``port_{xmit,rcv}_data`` count 4-byte words; the words-to-bytes rule is the path verdict's own),

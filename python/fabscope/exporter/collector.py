@@ -9,12 +9,13 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from ..errors import FabscopeError
 from ..inventory import EngineInventory
@@ -119,7 +120,7 @@ _HW_HELP = ("Every driver counter of the port, raw (ports/N/hw_counters/<counter
 _MAX_PLANS = 100_000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class _Plan:
     """What one counter of one RDMA port becomes, worked out at its first scrape and kept: the
     names, help text (with the engine's unit) and label values do not change between scrapes."""
@@ -133,6 +134,14 @@ class _Plan:
     overflow: str | None
     scale: int
     saturated_at: int | None  # the raw value of a saturating counter at its maximum
+
+    @cached_property
+    def sample(self) -> str:
+        return f"{self.metric}_total"
+
+    @cached_property
+    def label_dict(self) -> dict[str, str]:
+        return dict(zip(self.label_names, self.labels, strict=True))
 
 
 _UNPLANNED = _Plan("", "", [], (), ("", ()), None, None, 1, None)
@@ -338,7 +347,9 @@ class FabscopeCollector(Collector):
                     if plan is None:
                         continue
                     value = self.unwrap.value(plan.key, v, plan.bits, plan.overflow) * plan.scale
-                    counter(plan.metric, plan.help, plan.label_names).add_metric(plan.labels, value)
+                    # What add_metric appends, with the label dict built once per series, not per scrape.
+                    counter(plan.metric, plan.help, plan.label_names).samples.append(
+                        Sample(plan.sample, plan.label_dict, value))
                     if v == plan.saturated_at:
                         gauge("fabscope_rdma_port_saturated", "", []).add_metric([*labels, cname], 1)
             for cname in as_list(p.get("unreadable")):

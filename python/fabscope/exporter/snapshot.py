@@ -1,5 +1,6 @@
-"""The engine's counter snapshot for the exporter: running ``fabscope-engine --counters-json``,
-reading its loosely typed JSON, and unwinding 32-bit wraps between scrapes."""
+"""The engine's counter snapshot for the exporter: ``fabscope-engine --counters-json`` once, or one
+long-lived ``--counters-serve`` per collector (SnapshotEngine), reading its loosely typed JSON, and
+unwinding 32-bit wraps between scrapes."""
 
 from __future__ import annotations
 
