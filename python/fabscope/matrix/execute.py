@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +63,22 @@ def _with_addresses(agent: AgentConn) -> str:
     return ", ".join(f"{d} {','.join(a)}" for d, a in sorted(agent.addresses.items()) if a) or "none"
 
 
+def measure_concurrently(job: Callable[[Job, int], Measurement], jobs: Sequence[Job],
+                         round_no: int) -> list[Measurement]:
+    """The jobs of one round (disjoint pairs) at once, one thread each; results in job order."""
+    out: list[Measurement | None] = [None] * len(jobs)
+
+    def one(i: int, item: Job) -> None:
+        out[i] = job(item, round_no)
+
+    threads = [threading.Thread(target=one, args=(i, item), daemon=True) for i, item in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [m for m in out if m is not None]
+
+
 @dataclass
 class AgentMeasurer:
     agents: dict[str, AgentConn]
@@ -82,17 +98,7 @@ class AgentMeasurer:
                 pass
 
     def measure(self, jobs: Sequence[Job], round_no: int) -> list[Measurement]:
-        out: list[Measurement | None] = [None] * len(jobs)
-
-        def one(i: int, job: Job) -> None:
-            out[i] = self.job(job, round_no)
-
-        threads = [threading.Thread(target=one, args=(i, job), daemon=True) for i, job in enumerate(jobs)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return [m for m in out if m is not None]
+        return measure_concurrently(self.job, jobs, round_no)
 
     def job(self, job: Job, round_no: int) -> Measurement:
         src_host, dst_host, pattern, phase = job
@@ -152,17 +158,7 @@ class MpiMeasurer:
     unreachable: dict[str, str] = field(default_factory=dict)
 
     def measure(self, jobs: Sequence[Job], round_no: int) -> list[Measurement]:
-        out: list[Measurement | None] = [None] * len(jobs)
-
-        def one(i: int, job: Job) -> None:
-            out[i] = self.job(job, round_no)
-
-        threads = [threading.Thread(target=one, args=(i, job), daemon=True) for i, job in enumerate(jobs)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return [m for m in out if m is not None]
+        return measure_concurrently(self.job, jobs, round_no)
 
     def job(self, job: Job, round_no: int) -> Measurement:
         from .. import runner
