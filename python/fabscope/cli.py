@@ -106,6 +106,8 @@ def _run(ns: argparse.Namespace) -> int:
     if not streaming:
         sys.stdout.write(RENDERERS[ns.format](outcome.records))
         sys.stdout.flush()
+    for note in dict.fromkeys(outcome.notes):
+        print(f"fabscope: note: {note}", file=sys.stderr)
     if outcome.error:
         kept = f" ({len(outcome.records)} size(s) measured before that are shown above)" if outcome.records else ""
         print(f"fabscope: {outcome.error}{kept}", file=sys.stderr)

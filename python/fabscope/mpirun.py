@@ -29,7 +29,7 @@ MPI_FLAVOURS = ("openmpi", "mpich")
 LAUNCHERS = ("mpirun", "srun")
 
 # Grace between the deadline's TERM and a KILL: lets mpirun tear its ranks down.
-_KILL_AFTER_S = 5
+KILL_AFTER_S = 5  # what `timeout` waits after its SIGTERM before SIGKILL
 
 # The PMI each Debian 12 build speaks when srun starts its ranks (checked with Slurm 22.05):
 # Open MPI 4.1 is a PMIx client only (its pmix framework has ext3x, no s1/s2 for Slurm's PMI-1/2);
@@ -309,7 +309,7 @@ def build_mpi_command(
     full_env = dict(os.environ)
     full_env.update(extra_env)
     deadline = deadline_s if deadline_s is not None else default_deadline(engine_args)
-    cmd = ["timeout", f"--kill-after={_KILL_AFTER_S}", f"{deadline:g}"]
+    cmd = ["timeout", f"--kill-after={KILL_AFTER_S}", f"{deadline:g}"]
     if launcher == "srun":
         for key, value in mca.items():
             full_env[f"OMPI_MCA_{key}"] = value

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +20,7 @@ from .auth import Key
 from .control import open_session
 from .engine import engine_path
 from .errors import EXIT_MEASURE, EXIT_PEER, FabscopeError
+from .mpirun import KILL_AFTER_S as MPI_KILL_AFTER_S
 from .mpirun import (
     build_mpi_command,
     describe_launch,
@@ -42,6 +45,9 @@ class RunOutcome:
     error: str | None = None
     exit_code: int = 0
     server_stderr: str = ""
+    # What an engine that succeeded still had to say on stderr ("fabscope-engine...: note: ..."),
+    # e.g. an MPI rank that exited past its MPI_Finalize deadline: shown, never swallowed.
+    notes: list[str] = field(default_factory=list)
 
 
 def _pin_cpus() -> tuple[int | None, int | None]:
@@ -50,6 +56,9 @@ def _pin_cpus() -> tuple[int | None, int | None]:
     if len(cpus) >= 2:
         return cpus[0], cpus[1]
     return None, None
+
+
+_ENGINE_NOTE = re.compile(r"^fabscope-engine[\w-]*: note: (.*)$", re.MULTILINE)
 
 
 def _read_line(stream: IO[str], deadline: float) -> str | None:
@@ -84,23 +93,28 @@ def stream_client(
     env: dict[str, str] | None = None,
     amend: Callable[[Record], None] | None = None,
     pass_fds: Sequence[int] = (),
+    guard_s: float | None = None,
 ) -> RunOutcome:
     """Runs a client engine, collecting typed results as they arrive and the final error if any.
     ``amend`` adds what only the front end knows (the MPI launcher) to the raw record before it is
-    parsed; a record that fails validation ends the run with the field named (never a partial row)."""
+    parsed; a record that fails validation ends the run with the field named (never a partial row).
+
+    The engine enforces --timeout on every wait, and a launcher runs under `timeout`; ``guard_s``
+    (silence for that long) only catches what escaped both, so it is generous and must exceed the
+    launcher's own deadline. The command runs in a process group of its own, and stopping it stops
+    the group: killing `timeout` alone would leave its mpirun or srun, and the ranks they wait
+    for, holding the pipes open for ever (a suite under srun hung so for 10 minutes)."""
     outcome = RunOutcome()
-    with subprocess.Popen(
-        list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, pass_fds=list(pass_fds)
-    ) as proc:
-        assert proc.stdout is not None and proc.stderr is not None
-        # The engine enforces --timeout on every wait; this outer guard only catches an engine
-        # that stops printing for far longer than that (a bug), so it is generous.
-        guard = max(60.0, timeout_s * 6)
+    guard = guard_s if guard_s is not None else max(60.0, timeout_s * 6)
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            pass_fds=list(pass_fds), start_new_session=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
         last = time.monotonic()
         while True:
             line = _read_line(proc.stdout, last + guard)
             if line is None:
-                proc.kill()
+                _stop_group(proc)
                 outcome.error = f"the engine printed nothing for {guard:.0f} s and was stopped"
                 outcome.exit_code = EXIT_MEASURE
                 break
@@ -127,15 +141,74 @@ def stream_client(
                 outcome.records.append(result)
                 if on_record:
                     on_record(result)
-        stderr = proc.stderr.read()
-        rc = proc.wait()
-        if rc != 0 and not outcome.error:
-            outcome.error = stderr.strip().removeprefix("fabscope-engine: ") or f"engine exited with {rc}"
-        if rc != 0:
-            outcome.exit_code = rc if rc > 0 else EXIT_MEASURE
-        elif outcome.error and not outcome.exit_code:
-            outcome.exit_code = EXIT_MEASURE
+        # stdout is closed; whatever still holds stderr gets a few seconds, then the group goes.
+        stderr = _read_rest(proc, _STDERR_GRACE_S)
+        try:
+            rc = proc.wait(timeout=_STDERR_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _stop_group(proc)
+            rc = proc.wait()
+    except BaseException:
+        _stop_group(proc)  # Ctrl-C or a bug here: never leave a launcher or its ranks behind
+        raise
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()
+    outcome.notes = [m.group(1) for m in _ENGINE_NOTE.finditer(stderr)]
+    if rc != 0 and not outcome.error:
+        outcome.error = stderr.strip().removeprefix("fabscope-engine: ") or f"engine exited with {rc}"
+    if rc != 0:
+        outcome.exit_code = rc if rc > 0 else EXIT_MEASURE
+    elif outcome.error and not outcome.exit_code:
+        outcome.exit_code = EXIT_MEASURE
     return outcome
+
+
+_STDERR_GRACE_S = 10.0
+_TERM_GRACE_S = 3.0
+
+
+def _stop_group(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM to the command's process group (srun cancels its job step on it), SIGKILL to what is
+    left of the group after a grace period. The group is the command's own (start_new_session),
+    never ours; the command itself is reaped so that it does not count as left."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        until = time.monotonic() + _TERM_GRACE_S
+        while time.monotonic() < until:
+            proc.poll()
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+
+
+def _read_rest(proc: subprocess.Popen[str], grace_s: float) -> str:
+    """The rest of stderr, read until EOF or grace_s; past it the group is stopped and what came is kept."""
+    assert proc.stderr is not None
+    fd = proc.stderr.fileno()
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + grace_s
+    stopped = False
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            if stopped:
+                break
+            _stop_group(proc)
+            stopped, deadline = True, time.monotonic() + grace_s
+            continue
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace")
 
 
 def run_loopback(
@@ -228,7 +301,10 @@ def run_mpi(
         rec.setdefault("warnings", []).extend(placement_warnings(rec, launch.get("hosts")))
 
     started = time.monotonic()
-    outcome = stream_client(cmd, timeout_s, on_record, env=full_env, amend=with_launcher)
+    # The launcher's `timeout` ends it first; the guard is only for what outlives that.
+    deadline = launch.get("deadline_s")
+    guard = max(60.0, timeout_s * 6, float(deadline) + MPI_KILL_AFTER_S + 10 if deadline else 0.0)
+    outcome = stream_client(cmd, timeout_s, on_record, env=full_env, amend=with_launcher, guard_s=guard)
     if outcome.error and outcome.exit_code:
         explained = explain_launch_failure(launch, outcome.exit_code, outcome.error, time.monotonic() - started)
         if explained:

@@ -115,3 +115,18 @@ def test_scale_all_pairs_10k_and_shift_100k() -> None:
     assert len({h for p in last for h in p}) == 2 * len(last)
     elapsed = time.perf_counter() - t0
     assert elapsed < 5.0, f"building the large schedules took {elapsed:.2f} s"
+
+
+@pytest.mark.parametrize("n", [2, 3, 7, 8, 64, 65])
+def test_all_pairs_table_is_the_rounds_at_once(n: int) -> None:
+    """The whole-array all-pairs schedule equals round(r) for every r, and holds every unordered
+    pair exactly once with no host twice in a round."""
+    sched = sch.AllPairs(n)
+    table = sched.table()
+    assert table.shape == (sched.rounds, n // 2, 2)
+    assert [[tuple(map(int, p)) for p in rnd] for rnd in table] == [sched.round(r) for r in range(sched.rounds)]
+    flat = table.reshape(-1, 2)
+    assert (flat[:, 0] < flat[:, 1]).all()
+    assert len({(int(a), int(b)) for a, b in flat}) == n * (n - 1) // 2 == len(flat)
+    for rnd in table:
+        assert len(set(rnd.ravel().tolist())) == 2 * len(rnd)

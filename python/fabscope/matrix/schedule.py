@@ -27,6 +27,10 @@ import math
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 Pair = tuple[int, int]
 
@@ -95,6 +99,31 @@ class AllPairs(Schedule):
             if a != bye and b != bye:
                 pairs.append((a, b) if a < b else (b, a))
         return pairs
+
+    def table(self) -> npt.NDArray[np.signedinteger[Any]]:
+        """Every round at once, as an array [round, pair, (a, b)] with a < b: the same pairs in the
+        same order as round(r), built with whole-array arithmetic (10,000 hosts: 50 M pairs, 0.2 GB
+        as int16) for a planner or simulator that wants the full schedule, not one round."""
+        slots = self._slots
+        m = slots - 1
+        even = self.n % 2 == 0  # even n: the fixed slot m is a host, paired with r; odd n: the bye
+        # The narrowest type that holds r + k < 2m: half the memory (and page faults) at 10,000 hosts.
+        dtype: type[np.signedinteger[Any]] = np.int16 if 2 * slots < np.iinfo(np.int16).max else np.int32
+        out: npt.NDArray[np.signedinteger[Any]] = np.empty((m, self.n // 2, 2), dtype=dtype)
+        r = np.arange(m, dtype=dtype)[:, None]
+        k = np.arange(1, slots // 2, dtype=dtype)[None, :]
+        # (r + k) mod m and (r - k) mod m without a division: both are off the range by less than m.
+        a = r + k
+        np.subtract(a, dtype(m), out=a, where=a >= m)
+        b = r - k
+        np.add(b, dtype(m), out=b, where=b < 0)
+        lo, hi = out[:, int(even):, 0], out[:, int(even):, 1]
+        np.minimum(a, b, out=lo)
+        np.maximum(a, b, out=hi)
+        if even:
+            out[:, 0, 0] = r[:, 0]
+            out[:, 0, 1] = m
+        return out
 
 
 @dataclass(frozen=True)

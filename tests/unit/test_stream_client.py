@@ -1,0 +1,47 @@
+"""runner.stream_client ends what it started: a launcher that outlives its guard is stopped with its
+whole process group (a `timeout` killed alone left srun and its ranks holding the pipes for ever),
+and an engine's stderr note reaches the user even when the run succeeded."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from fabscope.runner import stream_client
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose: its parent (the stopped shell) has not reaped it yet.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_silent_command_is_stopped_with_the_children_that_hold_its_pipes(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    # The grandchild ignores SIGTERM and keeps stdout and stderr open, as srun waiting on a hung rank.
+    script = f"sh -c 'trap \"\" TERM; echo $$ > {pidfile}; while :; do sleep 1; done' & wait"
+    started = time.monotonic()
+    outcome = stream_client(["sh", "-c", script], timeout_s=1, on_record=None, guard_s=1.0)
+    took = time.monotonic() - started
+    assert outcome.exit_code != 0 and "printed nothing for 1 s" in str(outcome.error)
+    assert took < 15, took
+    grandchild = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(grandchild)
+
+
+def test_a_note_on_stderr_of_a_successful_engine_is_kept() -> None:
+    note = "rank 1: MPI_Finalize did not return within 3 s"
+    outcome = stream_client(["sh", "-c", f"echo 'fabscope-engine-mpi: note: {note}' >&2; echo noise >&2"],
+                            timeout_s=1, on_record=None)
+    assert outcome.exit_code == 0 and outcome.error is None
+    assert outcome.notes == [note]
