@@ -301,6 +301,22 @@ def existing_file(value: str) -> Path:
     return path
 
 
+def file_to_use_or_create(value: str) -> Path:
+    """A file that exists (a regular file) or can be created: its directory exists. Nothing is created here."""
+    if not value:
+        raise argparse.ArgumentTypeError("an empty path is not a file")
+    path = Path(value)
+    try:
+        if path.exists() and not path.is_file():
+            raise argparse.ArgumentTypeError(f"{shown(value)} exists and is not a regular file")
+        if not path.exists() and not path.absolute().parent.is_dir():
+            raise argparse.ArgumentTypeError(f"{shown(value)}: its directory {shown(str(path.absolute().parent))} "
+                                             "does not exist")
+    except OSError as exc:  # e.g. a name too long for the file system
+        raise argparse.ArgumentTypeError(f"{shown(value)}: {exc.strerror}") from exc
+    return path
+
+
 def existing_dir(value: str) -> Path:
     """A path to an existing directory."""
     path = Path(value)

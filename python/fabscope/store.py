@@ -21,6 +21,7 @@ import json
 import os
 import sqlite3
 import sys
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -158,13 +159,28 @@ class Store:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._enter_wal()
             self._db.execute("PRAGMA synchronous=FULL")
             self._migrate()
         except (OSError, sqlite3.Error) as exc:
             raise FabscopeError(
                 f"the history store {path} cannot be opened ({exc}); choose another file with --store PATH, "
                 "or run with --no-store", EXIT_USAGE) from exc
+
+    def _enter_wal(self) -> None:
+        """WAL mode (persistent in the file). Switching to it needs the file to itself, and SQLite
+        answers "database is locked" at once, without its busy timeout, while another process is
+        creating the same new store (two `fabscope run` started together): try again, within
+        the same timeout as any other write."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def __enter__(self) -> Store:
         return self

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,33 @@ def test_two_agents_measure_a_pair_then_one_stops_answering(
     assert took < 2.0 + 15 + 5  # the listen deadline: --timeout + 15 s
     [skipped] = measurer.measure([("h1", "h0", "bw", "screen")], 3)
     assert skipped.error is not None and skipped.error.startswith("unreachable")
+
+
+def test_an_agent_started_before_its_coordinator_keeps_trying(tmp_path: Path) -> None:
+    """--launcher external: a site's starter may run the agents before `fabscope matrix` listens.
+    The agent, with its token from --token-file, tries again until its --connect-timeout."""
+    from fabscope.matrix.agent import create_token_file
+
+    token_file = tmp_path / "token"
+    token = create_token_file(token_file)
+    with socket.socket() as probe:  # a port nobody listens on yet
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"), OMPI_COMM_WORLD_RANK="0")
+    env.pop(TOKEN_ENV, None)
+    agent = subprocess.Popen([sys.executable, "-m", "fabscope", "matrix-agent", "--coordinator", f"127.0.0.1:{port}",
+                              "--token-file", str(token_file), "--connect-timeout", "20"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(2.0)  # refused for two seconds: the agent must still be trying
+        assert agent.poll() is None, agent.stderr.read()  # type: ignore[union-attr]
+        coord = Coordinator(["h0"], "127.0.0.1", port, token)
+        try:
+            assert list(coord.gather(15)) == ["h0"], coord.refused
+        finally:
+            coord.close()
+        assert agent.wait(timeout=15) == 0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+        agent.wait()

@@ -209,3 +209,43 @@ def test_under_srun_on_a_slurm_node_per_host(tmp_path: Any) -> None:
     assert (out.returncode, findings(doc)) == (8, [("node", ["fs-b"])]), out.stderr
     assert doc["launcher"] == "srun"
     assert {p["host"]["hostname"] for p in doc["pairs"]} == set(hosts)  # each engine ran on its own host
+
+
+def test_external_launcher_agents_started_by_the_site(tmp_path: Any) -> None:
+    """--launcher external: fabscope starts nothing; the site's own starter (here this test, with
+    `ip netns exec`, as pdsh or a batch script would) runs the agent command on each host, with the
+    token file it was given. A host whose agent never came is unreachable, the rest is measured."""
+    token = tmp_path / "token"
+    port = "18611"
+    with shaped_hosts(3) as hosts:
+        cmd, env = matrix_cmd(hosts, "--launcher", "external", "--coordinator", f"{netns.HEAD_IP}:{port}",
+                              "--token-file", str(token), "--connect-timeout", "20", "--pattern", "bw",
+                              "--device", "fabric0", *QUICK, *RULE)
+        matrix_proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        agents: list[subprocess.Popen[bytes]] = []
+        try:
+            deadline = time.monotonic() + 15
+            while not token.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert token.exists() and (token.stat().st_mode & 0o077) == 0  # made owner-only by the matrix
+            agent = [sys.executable, "-m", "fabscope", "matrix-agent", "--coordinator", f"{netns.HEAD_IP}:{port}",
+                     "--token-file", str(token)]
+            for host in hosts[:2]:  # fs-c's agent is never started
+                agents.append(subprocess.Popen(netns.ns_exec_argv(host, ["env", f"PYTHONPATH={REPO / 'python'}",
+                                                                         *agent]),
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            out, err = matrix_proc.communicate(timeout=240)
+        finally:
+            for p in [matrix_proc, *agents]:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+    assert "start it there with:" in err and "--token-file" in err
+    doc = json.loads(out)
+    assert doc["launcher"] == "external"
+    assert doc["unreachable"] == [{"host": "fs-c", "reason": "its agent did not check in within 20 s"}], err[-2000:]
+    (pair,) = {(p["src_host"], p["dst_host"]) for p in doc["pairs"] if p["src_host"] < p["dst_host"]}
+    assert pair == ("fs-a", "fs-b")
+    assert all(p["path"]["verdict"] == "verified" for p in doc["pairs"])
+    assert not token.exists()  # one-time: removed with the run that made it
+    assert matrix_proc.returncode == 3, err[-2000:]

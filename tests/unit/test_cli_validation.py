@@ -60,6 +60,9 @@ def usage_error(out: subprocess.CompletedProcess[str], *names: str) -> None:
         (["testbed"], ["netns, softroce or slurm"]),
         (["testbed", "netns", "up", "--shape", b"\xff"], ["--shape"]),  # was: exit 1
         (["testbed", "netns", "up", "--hosts", "99"], ["--hosts", "2 to 16"]),  # was: exit 1
+        (["run", "--loopback", "--backend", "MPI"], ["--backend MPI", "did you mean mpi?"]),  # mpi was not listed
+        (["run", "--loopback", "--backend", "Tcp"], ["did you mean tcp?"]),
+        (["run", "--loopback", "--backend", "nope"], ["--backend nope", "tcp, ", "and mpi"]),
     ],
 )
 def test_bad_arguments_are_usage_errors_naming_them(args: list[str | bytes], names: list[str]) -> None:

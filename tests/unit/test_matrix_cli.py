@@ -41,6 +41,13 @@ def test_accepted(tmp_path: Path) -> None:
     (["--hosts", "a,b", "--backend", "nope"], "--backend nope: unknown backend"),
     (["--hosts", "a,b,a"], "listed twice"),
     (["--hosts", "a,b", "--launcher", "ssh"], "invalid choice: 'ssh'"),
+    (["--hosts", "a,b", "--launcher", "external"], "give --coordinator ADDR:PORT"),
+    (["--hosts", "a,b", "--launcher", "external", "--coordinator", "10.0.0.1", "--token-file", "t"],
+     "give --coordinator ADDR:PORT"),
+    (["--hosts", "a,b", "--launcher", "external", "--coordinator", "10.0.0.1:7000", "--backend", "mpi",
+      "--token-file", "t"], "each MPI pair is a job of its own launcher"),
+    (["--hosts", "a,b", "--token-file", "t"], "--token-file applies only to --launcher external"),
+    (["--hosts", "a,b", "--launcher", "external", "--token-file", "/no/such/dir/t"], "does not exist"),
 ])
 def test_refused(capsys: pytest.CaptureFixture[str], argv: list[str], says: str) -> None:
     assert says in refused(capsys, *argv)
@@ -58,3 +65,15 @@ def test_agent_without_token(capsys: pytest.CaptureFixture[str], monkeypatch: py
     rc = cli.main(["matrix-agent", "--coordinator", "127.0.0.1:1"])
     assert rc == 2
     assert "FABSCOPE_MATRIX_TOKEN is not set" in capsys.readouterr().err
+
+
+def test_agent_refuses_a_token_file_others_can_read(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("x" * 32 + "\n")
+    token.chmod(0o644)
+    assert cli.main(["matrix-agent", "--coordinator", "127.0.0.1:1", "--token-file", str(token)]) == 2
+    assert f"chmod 600 {token}" in capsys.readouterr().err
+    token.chmod(0o600)
+    token.write_text("short\n")
+    assert cli.main(["matrix-agent", "--coordinator", "127.0.0.1:1", "--token-file", str(token)]) == 2
+    assert "at least 16" in capsys.readouterr().err

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "output.h"
@@ -72,8 +73,17 @@ int fs_run_select_backend(struct fs_run *r, struct fs_err *err)
                                "missing at build time). Built-in backends: %s. Run `make setup` "
                                "to install the development packages and rebuild",
                                r->spec.backend, names);
-        return fs_fail(err, FS_EXIT_USAGE, "--backend %s: unknown backend; available: %s",
-                       r->spec.backend, names);
+        /* Names are lower case; "MPI" or "Verbs" is a typo worth naming. mpi is a backend of
+         * the MPI engine that the front end starts under a launcher, not of this one. */
+        const char *like = strcasecmp(r->spec.backend, "mpi") == 0 ? "mpi" : NULL;
+        for (size_t i = 0; i < n && !like; i++)
+            if (strcasecmp(all[i]->name, r->spec.backend) == 0)
+                like = all[i]->name;
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "--backend %s: unknown backend%s%s%s; available: %s, and mpi (`fabscope run "
+                       "--backend mpi`, under mpirun or srun)",
+                       r->spec.backend, like ? " (names are lower case: did you mean " : "",
+                       like ? like : "", like ? "?)" : "", names);
     }
     if (fs_backend_check(r->bops, err))
         return -1;

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
+import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from .. import __version__, control
@@ -34,6 +37,42 @@ TOKEN_ENV = "FABSCOPE_MATRIX_TOKEN"
 AGENT_PROTO = 1
 # Generous: the coordinator may be busy with other pairs for several rounds.
 DEFAULT_IDLE_S = 600.0
+
+
+def read_token_file(path: Path, option: str = "--token-file") -> str:
+    """The one-time token of a matrix run from a file (--launcher external): a regular file only its
+    owner can read, as a key file; the first line, stripped."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise FabscopeError(f"{option} {path}: {exc.strerror or exc}; `fabscope matrix --launcher external "
+                            f"--token-file {path}` creates it", EXIT_USAGE) from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise FabscopeError(f"{option} {path}: not a regular file", EXIT_USAGE)
+    if st.st_mode & 0o077:
+        raise FabscopeError(f"{option} {path}: readable or writable by group or others (mode "
+                            f"{stat.S_IMODE(st.st_mode):o}): anyone who can read it can join the matrix as an agent. "
+                            f"Fix: `chmod 600 {path}`", EXIT_USAGE)
+    try:
+        token = path.read_text(errors="replace").split("\n", 1)[0].strip()
+    except OSError as exc:
+        raise FabscopeError(f"{option} {path}: {exc.strerror or exc}", EXIT_USAGE) from exc
+    if len(token) < 16:
+        raise FabscopeError(f"{option} {path}: the token in it is {len(token)} characters; at least 16 are needed "
+                            f"(remove the file and `fabscope matrix --launcher external` writes a fresh one)", EXIT_USAGE)
+    return token
+
+
+def create_token_file(path: Path) -> str:
+    """A fresh one-time token written to a new owner-only file (O_EXCL: never over another's file)."""
+    token = secrets.token_urlsafe(24)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        raise FabscopeError(f"--token-file {path}: cannot create it: {exc.strerror or exc}", EXIT_USAGE) from exc
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token
 
 
 def ipv4_addresses() -> dict[str, list[str]]:
@@ -138,16 +177,38 @@ def _read_line(stream: Any, deadline: float) -> str | None:
     return str(stream.readline()) if ready else None
 
 
-def run_agent(coordinator: str, connect_timeout_s: float, idle_s: float) -> int:
-    token = os.environ.get(TOKEN_ENV)
+def _connect_within(host: str, port: int, timeout_s: float) -> socket.socket:
+    """The coordinator may not be up yet when a site's own starter runs the agents (or its host not
+    yet reachable: no route while it boots): every failure but a name that does not resolve is tried
+    again until the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return control.connect(host, port, max(0.5, min(5.0, deadline - time.monotonic())))
+        except FabscopeError as exc:
+            if isinstance(exc.__cause__, socket.gaierror):
+                raise
+            if time.monotonic() + 0.5 >= deadline:
+                cause = exc.__cause__
+                why = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(exc)
+                raise FabscopeError(f"matrix-agent: could not reach the coordinator at {host}:{port} within "
+                                    f"{timeout_s:g} s (--connect-timeout): {why}. Is `fabscope matrix` running "
+                                    "there with that --coordinator, and is its port open to this host?",
+                                    EXIT_PEER) from exc
+            time.sleep(0.5)
+
+
+def run_agent(coordinator: str, connect_timeout_s: float, idle_s: float, token_file: Path | None = None) -> int:
+    token = read_token_file(token_file) if token_file is not None else os.environ.get(TOKEN_ENV)
     if not token:
         raise FabscopeError(
             f"matrix-agent: {TOKEN_ENV} is not set; the agent is started by `fabscope matrix` through its launcher, "
-            "which passes the run's one-time token in the environment", EXIT_USAGE)
+            "which passes the run's one-time token in the environment (with --launcher external, give the agent "
+            "--token-file FILE, the file the matrix names)", EXIT_USAGE)
     host, port = control.split_hostport(coordinator, 0)
     if not port:
         raise FabscopeError(f"matrix-agent: --coordinator {coordinator}: give HOST:PORT", EXIT_USAGE)
-    sock = control.connect(host, port, connect_timeout_s)
+    sock = _connect_within(host, port, connect_timeout_s)
     try:
         control.send(sock, {"type": "hello", "proto": AGENT_PROTO, "version": __version__, "token": token,
                             "hostname": socket.gethostname(), "rank": launcher_rank(), "pid": os.getpid(),

@@ -41,8 +41,12 @@ def add_parsers(sub: Any, add_engine_options: Callable[[argparse.ArgumentParser]
     where.add_argument("--hosts", type=argtypes.host_list, help="H1,H2,...: the hosts (at least 2)")
     where.add_argument("--hostfile", type=argtypes.existing_file,
                        help="a file with one host per line (`HOST`, or Open MPI's `HOST slots=N`; # comments)")
-    m.add_argument("--launcher", choices=["mpirun", "srun"], default="mpirun",
-                   help="what starts one agent per host (default mpirun)")
+    m.add_argument("--launcher", choices=["mpirun", "srun", "external"], default="mpirun",
+                   help="what starts one agent per host (default mpirun); external: your own starter (pdsh, "
+                        "clush, flux, a batch script) runs the agent command this prints on every host")
+    m.add_argument("--token-file", type=argtypes.file_to_use_or_create, metavar="FILE",
+                   help="--launcher external: the run's one-time token for the agents (created owner-only if "
+                        "absent and removed afterwards; an existing one, e.g. made by a harness, is used)")
     m.add_argument("--coordinator", metavar="ADDR[:PORT]",
                    help="where the agents connect back to: an address of this host the hosts can reach "
                         "(default: listen on every address, agents use this host's name)")
@@ -92,13 +96,15 @@ def add_parsers(sub: Any, add_engine_options: Callable[[argparse.ArgumentParser]
     a.add_argument("--coordinator", required=True, metavar="HOST:PORT")
     a.add_argument("--connect-timeout", type=argtypes.finite_float(1, 3600, unit="s"), default=60.0)
     a.add_argument("--idle-timeout", type=argtypes.finite_float(1, 86400, unit="s"), default=600.0)
+    a.add_argument("--token-file", type=argtypes.existing_file, metavar="FILE",
+                   help="the run's token (under `fabscope matrix --launcher external`; else it is in the environment)")
     a.set_defaults(func=run_agent_cmd)
 
 
 def run_agent_cmd(ns: argparse.Namespace) -> int:
     from .agent import run_agent
 
-    return run_agent(ns.coordinator, ns.connect_timeout, ns.idle_timeout)
+    return run_agent(ns.coordinator, ns.connect_timeout, ns.idle_timeout, ns.token_file)
 
 
 def read_hostfile(path: Path) -> list[str]:
@@ -140,6 +146,7 @@ def check_matrix(ns: argparse.Namespace) -> None:
         raise FabscopeError(f"--sizes {sizes}: a matrix judges one message size per pattern; give one size "
                             "(e.g. --sizes 64K), and run a sweep between two hosts with `fabscope run`", EXIT_USAGE)
     backend = str(getattr(ns, "eng:backend", "tcp"))
+    _check_external(ns, backend)
     if backend != "mpi" and (ns.mca or ns.env):
         raise FabscopeError(f"--mca/--env apply only to --backend mpi, but this matrix is --backend {backend}: "
                             "drop them, or add --backend mpi", EXIT_USAGE)
@@ -158,6 +165,30 @@ def check_matrix(ns: argparse.Namespace) -> None:
     for pattern in ns.patterns:
         validate_args([*local, f"--pattern={pattern}"], binary)
     ns.schedule_obj = _schedule(ns, hosts)
+
+
+def _check_external(ns: argparse.Namespace, backend: str) -> None:
+    """--launcher external needs a fixed place for the agents to call and a token file to give them."""
+    if ns.launcher != "external":
+        if ns.token_file is not None:
+            raise FabscopeError(f"--token-file applies only to --launcher external; {ns.launcher} passes the token "
+                                "to the agents in their environment: drop it", EXIT_USAGE)
+        return
+    if backend == "mpi":
+        raise FabscopeError("--launcher external --backend mpi: each MPI pair is a job of its own launcher; "
+                            "use --launcher mpirun or srun", EXIT_USAGE)
+    from .. import control
+
+    port = 0
+    if ns.coordinator:
+        try:
+            port = control.split_hostport(ns.coordinator, 0)[1]
+        except ValueError:
+            port = 0
+    if not port or ns.token_file is None:
+        raise FabscopeError("--launcher external: give --coordinator ADDR:PORT (where the agents you start call "
+                            "back, a fixed port) and --token-file FILE (the token you hand them, e.g. on a shared "
+                            "file system)", EXIT_USAGE)
 
 
 def run_matrix(ns: argparse.Namespace) -> int:
@@ -226,7 +257,7 @@ def _run_with_agents(ns: argparse.Namespace, hosts: list[str], sched: schedmod.S
     from . import driver
     from .coordinator import Coordinator
     from .execute import AgentMeasurer
-    from .launch import Launched, agent_argv, launcher_argv
+    from .launch import External, Launched, agent_argv, launcher_argv
 
     if ns.coordinator:
         from .. import control
@@ -235,12 +266,30 @@ def _run_with_agents(ns: argparse.Namespace, hosts: list[str], sched: schedmod.S
         advertise = bind
     else:
         bind, port, advertise = "0.0.0.0", 0, socket.gethostname()
-    coord = Coordinator(hosts, bind, port)
-    launched: Launched | None = None
+    token, made_token = None, False
+    if ns.launcher == "external":
+        from .agent import create_token_file, read_token_file
+
+        made_token = not ns.token_file.exists()
+        token = create_token_file(ns.token_file) if made_token else read_token_file(ns.token_file)
+    launched: Launched | External | None = None
     try:
-        argv, env = launcher_argv(ns.launcher, hosts, agent_argv(f"{advertise}:{coord.port}", ns.connect_timeout),
-                                  ns.connect_timeout)
-        launched = Launched(argv, env, coord.token)
+        coord = Coordinator(hosts, bind, port, token)
+    except BaseException:
+        if made_token:
+            ns.token_file.unlink(missing_ok=True)
+        raise
+    try:
+        agent = agent_argv(f"{advertise}:{coord.port}", ns.connect_timeout)
+        if ns.launcher == "external":
+            agent += ["--token-file", str(ns.token_file)]
+            launched = External(agent)
+            argv = launched.argv
+            print(f"fabscope matrix: waiting {ns.connect_timeout:g} s for one agent on each of {', '.join(hosts)}; "
+                  f"start it there with: {' '.join(agent)}", file=sys.stderr, flush=True)
+        else:
+            argv, env = launcher_argv(ns.launcher, hosts, agent, ns.connect_timeout)
+            launched = Launched(argv, env, coord.token)
         agents = coord.gather(ns.connect_timeout, launched.alive)
         missing = [h for h in hosts if h not in agents]
         if len(agents) < 2:
@@ -264,6 +313,8 @@ def _run_with_agents(ns: argparse.Namespace, hosts: list[str], sched: schedmod.S
         coord.close()
         if launched is not None:
             launched.stop()
+        if made_token:
+            ns.token_file.unlink(missing_ok=True)
 
 
 def _check_device(ns: argparse.Namespace, agents: dict[str, Any]) -> None:

@@ -65,9 +65,9 @@ def _matches(hello_name: str, host: str) -> bool:
 
 
 class Coordinator:
-    def __init__(self, hosts: list[str], bind: str = "0.0.0.0", port: int = 0) -> None:
+    def __init__(self, hosts: list[str], bind: str = "0.0.0.0", port: int = 0, token: str | None = None) -> None:
         self.hosts = hosts
-        self.token = secrets.token_urlsafe(24)
+        self.token = token or secrets.token_urlsafe(24)
         family = socket.AF_INET6 if ":" in bind else socket.AF_INET
         self.listener = socket.socket(family, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -7,6 +7,10 @@ starts a process on another host: no ssh fan-out, no daemon of ours).
 - srun: `srun --nodes=N --ntasks=N --ntasks-per-node=1 --nodelist=...` with --no-kill and
   --kill-on-bad-exit=0 for the same reason, and --immediate so a busy cluster is an answer, not a wait.
 
+- external: the site's own starter (pdsh, clush, flux, a batch script, a test harness) runs the
+  agent on each host; fabscope starts nothing, says what to run, and waits --connect-timeout for it.
+  The token is then in a file (--token-file) the starter gives to the agents.
+
 The agent command is this Python running `fabscope matrix-agent`: the same installation path on
 every host, as the MPI engines themselves need.
 """
@@ -25,7 +29,7 @@ from collections.abc import Sequence
 from ..errors import EXIT_USAGE, FabscopeError
 from .agent import TOKEN_ENV
 
-LAUNCHERS = ("mpirun", "srun")
+LAUNCHERS = ("mpirun", "srun", "external")
 
 
 def agent_argv(coordinator: str, connect_timeout_s: float) -> list[str]:
@@ -102,3 +106,19 @@ class Launched:
             except subprocess.TimeoutExpired:
                 continue
         return self.proc.wait()
+
+
+class External:
+    """--launcher external: nothing started here; the agents come from the site's own starter."""
+
+    def __init__(self, agent: Sequence[str]) -> None:
+        self.argv = list(agent)
+
+    def alive(self) -> bool:
+        return True  # only the deadline ends the wait: nobody here can tell that no agent is coming
+
+    def output(self) -> str:
+        return f"nothing: --launcher external, so the agents were yours to start (`{' '.join(self.argv)}`)"
+
+    def stop(self, grace_s: float = 10.0) -> int:
+        return 0

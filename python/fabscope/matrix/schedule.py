@@ -27,10 +27,11 @@ import math
 import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # numpy only for table(): the agent and coordinator also run where it is absent
+    import numpy as np
+    import numpy.typing as npt
 
 Pair = tuple[int, int]
 
@@ -104,6 +105,8 @@ class AllPairs(Schedule):
         """Every round at once, as an array [round, pair, (a, b)] with a < b: the same pairs in the
         same order as round(r), built with whole-array arithmetic (10,000 hosts: 50 M pairs, 0.2 GB
         as int16) for a planner or simulator that wants the full schedule, not one round."""
+        import numpy as np
+
         slots = self._slots
         m = slots - 1
         even = self.n % 2 == 0  # even n: the fixed slot m is a host, paired with r; odd n: the bye

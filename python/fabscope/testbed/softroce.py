@@ -928,7 +928,7 @@ def _write_control_dir(
     if siw_ko is not None:
         shutil.copyfile(siw_ko, ctl / "siw.ko")
     for name, src in extra_files.items():
-        shutil.copyfile(src, ctl / name)
+        shutil.copy(src, ctl / name)  # with its mode: an owner-only token file stays owner-only
 
 
 def _qemu_argv(
