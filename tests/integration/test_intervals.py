@@ -36,7 +36,11 @@ def _check_consistent(rec: dict[str, Any], length_s: float, partition_rel: float
     assert total == pytest.approx(rec["bandwidth_gbps"], rel=partition_rel)
     for m, s, g in zip(iv["messages"], iv["seconds"], iv["bandwidth_gbps"], strict=True):
         if s > 0:
-            assert g == pytest.approx(m * rec["size"] * 8 / s / 1e9, rel=1e-3, abs=1e-6)
+            # "seconds" is rounded to the microsecond: the last interval can be a few microseconds
+            # long (a burst after a stall), where that rounding alone moves the rate by per cent.
+            bits = m * rec["size"] * 8
+            lo, hi = bits / (s + 5e-7) / 1e9, bits / max(s - 5e-7, 1e-9) / 1e9
+            assert lo * (1 - 1e-6) - 1e-6 <= g <= hi * (1 + 1e-6) + 1e-6, (m, s, g)
     return iv
 
 
@@ -74,9 +78,16 @@ def test_bibw_adds_both_receivers() -> None:
     assert rec["bandwidth_min_gbps"] is not None and rec["bandwidth_min_gbps"] <= rec["bandwidth_peak_gbps"]
 
 
+def _loopback_bytes() -> int:
+    return int(open("/sys/class/net/lo/statistics/rx_bytes").read())
+
+
 def test_a_stalled_receiver_shows_as_the_lowest_interval() -> None:
-    """SIGSTOP the receiving engine for ~1 s in the middle of a 3 s run: at least one 0.25 s
-    interval then carries (almost) nothing, while the run's average stays high."""
+    """SIGSTOP the receiving engine for ~1 s early in a 3 s run: at least one 0.25 s interval then
+    carries (almost) nothing, while the run's average stays high. The stall starts once 64 MB
+    more have crossed the loopback (the warm-up is 10 x 64 KiB), so it falls inside the
+    measurement however slowly the engines start: a fixed delay from the start once landed in the
+    set-up under load, and no interval was low."""
     exe = str(engine_path())
     port = free_port()
     server = subprocess.Popen([exe, "--listen", f"127.0.0.1:{port}", "--backend", "tcp", "--timeout", "10",
@@ -84,7 +95,12 @@ def test_a_stalled_receiver_shows_as_the_lowest_interval() -> None:
     stopped: list[float] = []
 
     def stall() -> None:
-        time.sleep(1.2)
+        deadline = time.monotonic() + 20
+        before = _loopback_bytes()
+        while _loopback_bytes() - before < 64 << 20:
+            if time.monotonic() > deadline or server.poll() is not None:
+                return
+            time.sleep(0.002)
         os.kill(server.pid, signal.SIGSTOP)
         stopped.append(time.monotonic())
         time.sleep(1.0)
@@ -111,10 +127,7 @@ def test_a_stalled_receiver_shows_as_the_lowest_interval() -> None:
     assert client.returncode == 0, client.stderr
     records, _ = parse_lines(client.stdout)
     rec = records[0]
-    # A stall that lands on the phase boundary has been seen to leave the intervals 0.5 % short of
-    # the record's bandwidth (once in ~20 runs, under load; not reproduced alone): the partition is
-    # checked to 1 % here, exactly in the tests without a stall. (Open: find the boundary case.)
-    _check_consistent(rec, 0.25, partition_rel=1e-2)
+    _check_consistent(rec, 0.25)
     assert rec["bandwidth_min_gbps"] < 0.25 * rec["bandwidth_peak_gbps"], rec["intervals"]
     assert rec["bandwidth_min_gbps"] < 0.5 * rec["bandwidth_gbps"], rec["intervals"]
 
