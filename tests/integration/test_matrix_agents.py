@@ -48,9 +48,17 @@ def test_wrong_token_is_refused_and_a_silent_connection_blocks_nobody(
         agents: tuple[Coordinator, list[subprocess.Popen[str]]]) -> None:
     _, procs = agents
     coord = Coordinator(["h0"], "127.0.0.1", 0)
-    silent = socket.create_connection(("127.0.0.1", coord.port))  # says nothing, ever
+    silent = None
     try:
+        # The wrong token first, on its own: accepted and refused before anyone else comes (had
+        # the right agent been first, the coordinator would have stopped accepting, and the
+        # wrong one would only have been told that nobody listens).
         procs.append(start_agent(coord, "not-the-token", 0))
+        assert coord.gather(30, lambda: procs[0].poll() is None) == {}
+        assert procs[0].wait(timeout=10) == 3
+        assert "refused this agent: wrong or missing token" in procs[0].stderr.read()  # type: ignore[union-attr]
+        assert any("wrong or missing token" in r for r in coord.refused)
+        silent = socket.create_connection(("127.0.0.1", coord.port))  # says nothing, ever
         procs.append(start_agent(coord, coord.token, 0))
         t0 = time.monotonic()
         found = coord.gather(30)
@@ -58,11 +66,9 @@ def test_wrong_token_is_refused_and_a_silent_connection_blocks_nobody(
         assert list(found) == ["h0"]
         assert took < 20, f"the silent connection held the others up: {took:.1f} s"
     finally:
-        silent.close()
+        if silent is not None:
+            silent.close()
         coord.close()
-    assert procs[0].wait(timeout=10) == 3
-    assert "refused this agent: wrong or missing token" in procs[0].stderr.read()  # type: ignore[union-attr]
-    assert any("wrong or missing token" in r for r in coord.refused)
 
 
 def test_two_agents_measure_a_pair_then_one_stops_answering(
