@@ -42,23 +42,29 @@ def key_id(secret: bytes) -> str:
     return hashlib.sha256(b"fabscope key id\0" + secret).hexdigest()[:12]
 
 
+def check_owner_only(path: Path, option: str, fix: str, lets: str) -> None:
+    """A secret's file must be a regular file that only its owner can read or write: anyone who can
+    read it can `lets` (exit 2 otherwise, with the chmod to run)."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise FabscopeError(f"{option} {path}: {exc.strerror or exc}; {fix}", EXIT_USAGE) from exc
+    if not stat.S_ISREG(st.st_mode):
+        raise FabscopeError(f"{option} {path}: not a regular file; {fix}", EXIT_USAGE)
+    if st.st_mode & 0o077:
+        raise FabscopeError(
+            f"{option} {path}: readable or writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); "
+            f"anyone who can read it can {lets}. Fix: `chmod 600 {path}`",
+            EXIT_USAGE,
+        )
+
+
 def load_key(path: str | Path) -> Key:
     """Reads a key file: it must be a regular file that only its owner can read, with 16 to 4096
     bytes (a trailing newline, as `echo` or an editor leaves, is not part of the key)."""
     p = Path(path)
     fix = f"make one with `{MAKE_KEY.replace('KEYFILE', str(p))}` and copy it to every host"
-    try:
-        st = p.stat()
-    except OSError as exc:
-        raise FabscopeError(f"--key-file {p}: {exc.strerror or exc}; {fix}", EXIT_USAGE) from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise FabscopeError(f"--key-file {p}: not a regular file; {fix}", EXIT_USAGE)
-    if st.st_mode & 0o077:
-        raise FabscopeError(
-            f"--key-file {p}: readable or writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); "
-            f"anyone who can read it can run measurements here. Fix: `chmod 600 {p}`",
-            EXIT_USAGE,
-        )
+    check_owner_only(p, "--key-file", fix, "run measurements here")
     try:
         with open(p, "rb") as f:
             secret = f.read(MAX_KEY_BYTES + 3)

@@ -20,8 +20,8 @@ from .auth import Key
 from .control import open_session
 from .engine import engine_path
 from .errors import EXIT_MEASURE, EXIT_PEER, FabscopeError
-from .mpirun import KILL_AFTER_S as MPI_KILL_AFTER_S
 from .mpirun import (
+    KILL_AFTER_S,
     build_mpi_command,
     describe_launch,
     device_mapping,
@@ -114,7 +114,7 @@ def stream_client(
         while True:
             line = _read_line(proc.stdout, last + guard)
             if line is None:
-                _stop_group(proc)
+                stop_process_group(proc)
                 outcome.error = f"the engine printed nothing for {guard:.0f} s and was stopped"
                 outcome.exit_code = EXIT_MEASURE
                 break
@@ -146,10 +146,10 @@ def stream_client(
         try:
             rc = proc.wait(timeout=_STDERR_GRACE_S)
         except subprocess.TimeoutExpired:
-            _stop_group(proc)
+            stop_process_group(proc)
             rc = proc.wait()
     except BaseException:
-        _stop_group(proc)  # Ctrl-C or a bug here: never leave a launcher or its ranks behind
+        stop_process_group(proc)  # Ctrl-C or a bug here: never leave a launcher or its ranks behind
         raise
     finally:
         proc.stdout.close()
@@ -168,7 +168,7 @@ _STDERR_GRACE_S = 10.0
 _TERM_GRACE_S = 3.0
 
 
-def _stop_group(proc: subprocess.Popen[str]) -> None:
+def stop_process_group(proc: subprocess.Popen[str]) -> None:
     """SIGTERM to the command's process group (srun cancels its job step on it), SIGKILL to what is
     left of the group after a grace period. The group is the command's own (start_new_session),
     never ours; the command itself is reaped so that it does not count as left."""
@@ -199,7 +199,7 @@ def _read_rest(proc: subprocess.Popen[str], grace_s: float) -> str:
         if left <= 0:
             if stopped:
                 break
-            _stop_group(proc)
+            stop_process_group(proc)
             stopped, deadline = True, time.monotonic() + grace_s
             continue
         ready, _, _ = select.select([fd], [], [], left)
@@ -303,7 +303,7 @@ def run_mpi(
     started = time.monotonic()
     # The launcher's `timeout` ends it first; the guard is only for what outlives that.
     deadline = launch.get("deadline_s")
-    guard = max(60.0, timeout_s * 6, float(deadline) + MPI_KILL_AFTER_S + 10 if deadline else 0.0)
+    guard = max(60.0, timeout_s * 6, float(deadline) + KILL_AFTER_S + 10 if deadline else 0.0)
     outcome = stream_client(cmd, timeout_s, on_record, env=full_env, amend=with_launcher, guard_s=guard)
     if outcome.error and outcome.exit_code:
         explained = explain_launch_failure(launch, outcome.exit_code, outcome.error, time.monotonic() - started)

@@ -7,9 +7,7 @@ so it runs with the other Soft-RoCE tests (marker softroce)."""
 from __future__ import annotations
 
 import json
-import os
 import secrets
-import shutil
 from pathlib import Path
 
 import pytest
@@ -23,17 +21,8 @@ AGENT = ["fabscope", "matrix-agent", "--coordinator", COORDINATOR, "--token-file
          "--connect-timeout", "300"]
 
 
-def _cannot_boot() -> str | None:
-    if shutil.which("qemu-system-x86_64") is None:
-        return "qemu-system-x86_64 missing (make setup installs qemu-system-x86)"
-    cached = softroce.default_cache_dir() / softroce.recipe_key() / "manifest.json"
-    if os.geteuid() != 0 and not cached.exists():
-        return "no cached Soft-RoCE image and not root (building it needs debootstrap as root)"
-    return None
-
-
 def test_verbs_matrix_between_two_softroce_guests(tmp_path: Path) -> None:
-    why = _cannot_boot()
+    why = softroce.why_it_cannot_boot()
     if why:
         pytest.skip(why)
     softroce.build()

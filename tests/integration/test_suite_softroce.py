@@ -5,8 +5,6 @@ TCG emulation (several minutes), so it runs with the other Soft-RoCE tests (mark
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,17 +14,8 @@ from fabscope.testbed import softroce
 pytestmark = pytest.mark.softroce
 
 
-def _cannot_boot() -> str | None:
-    if shutil.which("qemu-system-x86_64") is None:
-        return "qemu-system-x86_64 missing (make setup installs qemu-system-x86)"
-    cached = softroce.default_cache_dir() / softroce.recipe_key() / "manifest.json"
-    if os.geteuid() != 0 and not cached.exists():
-        return "no cached Soft-RoCE image and not root (building it needs debootstrap as root)"
-    return None
-
-
 def test_suite_peer_between_two_softroce_guests_has_verbs_rows(tmp_path: Path) -> None:
-    why = _cannot_boot()
+    why = softroce.why_it_cannot_boot()
     if why:
         pytest.skip(why)
     softroce.build()

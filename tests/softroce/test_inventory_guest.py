@@ -6,7 +6,6 @@ follows its netdev: active MTU 1024 -> 4096, and the doctor's MTU finding turns 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -46,16 +45,9 @@ exit 0
 """
 
 
-def _can_boot() -> str | None:
-    cached = softroce.default_cache_dir() / softroce.recipe_key() / "manifest.json"
-    if os.geteuid() != 0 and not cached.exists():
-        return "no cached Soft-RoCE image and not root (building it needs debootstrap as root)"
-    return None
-
-
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    reason = _can_boot()
+    reason = softroce.why_it_cannot_boot()
     if reason:
         pytest.skip(reason)
     softroce.build()

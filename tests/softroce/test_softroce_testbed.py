@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -30,19 +29,9 @@ from fabscope.testbed import softroce  # noqa: E402
 GID = "/sys/class/infiniband/rxe0/ports/1"
 
 
-def _can_boot() -> str | None:
-    """Why the guest cannot boot here, or None."""
-    if shutil.which("qemu-system-x86_64") is None:
-        return "qemu-system-x86_64 missing (make setup installs qemu-system-x86)"
-    cached = softroce.default_cache_dir() / softroce.recipe_key() / "manifest.json"
-    if os.geteuid() != 0 and not cached.exists():
-        return "no cached Soft-RoCE image and not root (building it needs debootstrap as root)"
-    return None
-
-
 @pytest.fixture(scope="module")
 def built() -> Path:
-    reason = _can_boot()
+    reason = softroce.why_it_cannot_boot()
     if reason:
         pytest.skip(reason)
     t0 = time.monotonic()

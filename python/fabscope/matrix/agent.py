@@ -22,7 +22,6 @@ import json
 import os
 import secrets
 import socket
-import stat
 import subprocess
 import sys
 import time
@@ -42,17 +41,10 @@ DEFAULT_IDLE_S = 600.0
 def read_token_file(path: Path, option: str = "--token-file") -> str:
     """The one-time token of a matrix run from a file (--launcher external): a regular file only its
     owner can read, as a key file; the first line, stripped."""
-    try:
-        st = path.stat()
-    except OSError as exc:
-        raise FabscopeError(f"{option} {path}: {exc.strerror or exc}; `fabscope matrix --launcher external "
-                            f"--token-file {path}` creates it", EXIT_USAGE) from exc
-    if not stat.S_ISREG(st.st_mode):
-        raise FabscopeError(f"{option} {path}: not a regular file", EXIT_USAGE)
-    if st.st_mode & 0o077:
-        raise FabscopeError(f"{option} {path}: readable or writable by group or others (mode "
-                            f"{stat.S_IMODE(st.st_mode):o}): anyone who can read it can join the matrix as an agent. "
-                            f"Fix: `chmod 600 {path}`", EXIT_USAGE)
+    from ..auth import check_owner_only
+
+    check_owner_only(path, option, f"`fabscope matrix --launcher external --token-file {path}` creates it",
+                     "join the matrix as an agent")
     try:
         token = path.read_text(errors="replace").split("\n", 1)[0].strip()
     except OSError as exc:

@@ -89,22 +89,13 @@ class Launched:
         return "\n".join(self.tail)
 
     def stop(self, grace_s: float = 10.0) -> int:
-        """Wait for the launcher (the agents were told bye); terminate its session if it lingers."""
+        """Wait for the launcher (the agents were told bye); stop its process group if it lingers."""
+        from ..runner import stop_process_group
+
         try:
             return self.proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            pass
-        import signal
-
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                return self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                continue
+            stop_process_group(self.proc)
         return self.proc.wait()
 
 

@@ -616,6 +616,16 @@ def _build_locked(cache: Path, key: str, final: Path) -> Path:
     return final
 
 
+def why_it_cannot_boot(cache_dir: Path | None = None) -> str | None:
+    """Why a guest cannot boot on this host (what is missing and how to get it), or None."""
+    if shutil.which("qemu-system-x86_64") is None:
+        return "qemu-system-x86_64 missing (make setup installs qemu-system-x86)"
+    cached = (cache_dir or default_cache_dir()) / recipe_key() / "manifest.json"
+    if os.geteuid() != 0 and not cached.exists():
+        return "no cached Soft-RoCE image and not root (building it needs debootstrap as root)"
+    return None
+
+
 def image(cache_dir: Path | None = None) -> Image:
     """The cached image, built first if missing."""
     path = build(cache_dir)
