@@ -125,8 +125,9 @@ def table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 TWO_GUESTS_TEXT = [
     "Two qemu TCG guests (`fabscope testbed softroce run --two-guests`), one vCPU each, rdma_rxe on",
-    "eth0, joined by a qemu socket link: every server (perftest's and fabscope's) runs in the server",
-    "guest, every client in the client guest, so each busy poller has a vCPU of its own. perftest and",
+    "eth0, joined by a datagram link (a Unix socket pair between the two qemu processes): every",
+    "server (perftest's and fabscope's) runs in the server guest,",
+    "every client in the client guest, so each busy poller has a vCPU of its own. perftest and",
     "fabscope alternate (the first tool of each repeat alternates); medians of the repeats.",
 ]
 ONE_GUEST_TEXT = [
@@ -262,7 +263,7 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated case names (default: all); e.g. send_lat,read_bw")
     ap.add_argument("--lat-iters", type=int, default=1000, help="messages per latency run (default 1000)")
     ap.add_argument("--bw-iters", type=int, default=0,
-                    help="messages per bandwidth run (default: 300 with two guests, whose socket link is slow; "
+                    help="messages per bandwidth run (default: 300 with two guests, whose emulated link carries ~10 MB/s; "
                          "2000 in one guest)")
     ap.add_argument("--json", type=Path, default=None, help="write every figure, ratio and the machine state here")
     ap.add_argument("--out", type=Path, default=None, help="write the Markdown table here (e.g. bench/RESULTS-softroce.md)")

@@ -92,7 +92,7 @@ def test_timeout_kills_the_guest(built: Path) -> None:
 
 @pytest.mark.softroce
 def test_two_guests_ib_write_bw(built: Path) -> None:
-    """perftest across the qemu socket link: server guest <-> client guest."""
+    """perftest across the guests' datagram link: server guest <-> client guest."""
     perf = ["ib_write_bw", "-d", "rxe0", "-x", "1", "-F", "-n", "200", "-s", "65536"]
     out, err = io.StringIO(), io.StringIO()
     t0 = time.monotonic()

@@ -7,7 +7,7 @@ perftest and fabscope run for real.
 
 * :func:`build` makes (once, cached outside the work tree) a bookworm root
   image by ``debootstrap --variant=minbase``, its kernel and a small initrd.
-* :func:`run` boots one guest (or two joined by a qemu socket link on
+* :func:`run` boots one guest (or two joined by a datagram link through
   127.0.0.1), runs a command in it with ``fabscope`` on PATH and the host repo
   mounted read-only at ``/fabscope``, prints the command's output and returns
   its exit status.
@@ -893,23 +893,24 @@ def _qemu_opt_path(path: Path) -> str:
     return str(path).replace(",", ",,")
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def _link_pair() -> tuple[socket.socket, socket.socket]:
+    """The wire between the two guests: a connected pair of Unix datagram sockets.
 
-
-def _listening(port: int) -> bool:
-    """Is something listening on 127.0.0.1:port? (/proc, so the check itself
-    does not become qemu's one accepted peer)."""
-    want = f"0100007F:{port:04X}"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-            cols = line.split()
-            if len(cols) > 3 and cols[1] == want and cols[3] == "0A":
-                return True
-    return False
+    One Ethernet frame is one datagram and nothing sits between the guests. The
+    TCP link qemu offers (``-netdev socket`` or ``stream`` on 127.0.0.1) made every
+    RC send or write round trip 22 ms, for perftest and fabscope alike, while reads,
+    UC and UD took 0.3-1 ms: RC sends a data frame and an ACK back to back in one
+    direction, and the second small write to qemu's TCP socket waited for the first
+    one's delayed ACK (Nagle). Over this pair ib_send_lat gave 0.31 ms. A full
+    receiver blocks its sender instead of dropping (unlike UDP), so a bandwidth
+    test does not turn into retransmissions.
+    """
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    for end in (a, b):
+        # Room for a burst of 64 KiB messages at the guest MTU (the default is ~200 KiB).
+        with contextlib.suppress(OSError):
+            end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    return a, b
 
 
 def _write_control_dir(
@@ -979,13 +980,15 @@ def _qemu_argv(
     ]
 
 
-def _start(guest: _Guest, argv: list[str]) -> None:
+def _start(guest: _Guest, argv: list[str], pass_fds: Sequence[int] = ()) -> None:
     guest.ctl.parent.mkdir(parents=True, exist_ok=True)
     with open(guest.qemu_log, "w") as qlog:
         qlog.write(f"$ {shlex.join(argv)}\n")
         qlog.flush()
         guest.started = time.monotonic()
-        guest.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=qlog)
+        guest.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=qlog, pass_fds=pass_fds
+        )
     guest.stage = "booting (kernel and initrd)"
     guest.reader = threading.Thread(target=guest.read_console, name=f"softroce-{guest.name}", daemon=True)
     guest.reader.start()
@@ -1016,7 +1019,7 @@ def run(
     With ``two_guests`` a server guest (192.168.77.1) runs ``server_cmd``
     (default ``fabscope serve --bind 0.0.0.0 --insecure-no-auth``) and the client guest
     (192.168.77.2) runs ``cmd`` once the server has had a head start. Their
-    only link is a qemu socket on 127.0.0.1.
+    only link is a pair of connected Unix datagram sockets (see :func:`_link_pair`).
 
     ``timeout_s`` bounds the whole run from the first qemu start; on expiry
     the guests are killed and :class:`SoftRoceTimeout` is raised. Testbed
@@ -1076,11 +1079,14 @@ def run(
             )
             (out / "server").mkdir(exist_ok=True)
             (out / "client").mkdir(exist_ok=True)
-            guests.append(server)
-            port = _start_listening_server(server, qemu, img, repo, out / "server", deadline)
-            guests.append(client)
-            _start(client, _qemu_argv(qemu, img, repo, client.ctl, out / "client",
-                                      f"socket,id=n0,connect=127.0.0.1:{port}", "52:54:00:77:00:02"))
+            server_end, client_end = _link_pair()
+            with server_end, client_end:
+                for guest, end, mac in ((server, server_end, "52:54:00:77:00:01"),
+                                        (client, client_end, "52:54:00:77:00:02")):
+                    guests.append(guest)
+                    netdev = f"dgram,id=n0,local.type=fd,local.str={end.fileno()}"
+                    _start(guest, _qemu_argv(qemu, img, repo, guest.ctl, out / guest.name, netdev, mac),
+                           pass_fds=(end.fileno(),))
             rc = _wait_client(client, server, deadline, timeout_s, cmd)
             srv_rc = server.rc_from_ctl()
             if srv_rc not in (None, 0):
@@ -1100,36 +1106,6 @@ def run(
             log.info("consoles and qemu logs kept in %s (FABSCOPE_SOFTROCE_KEEP is set)", rundir)
         elif ok:
             shutil.rmtree(rundir, ignore_errors=True)
-
-
-def _start_listening_server(server: _Guest, qemu: str, img: Image, repo: Path, out: Path, deadline: float) -> int:
-    """Start the server qemu listening on a free 127.0.0.1 port; return the port.
-
-    The port is free when picked but another process may take it before qemu
-    binds it (parallel runs in CI): then qemu exits at once and we pick again.
-    """
-    for attempt in range(1, 4):
-        port = _free_port()
-        _start(server, _qemu_argv(qemu, img, repo, server.ctl, out,
-                                  f"socket,id=n0,listen=127.0.0.1:{port}", "52:54:00:77:00:01"))
-        listen_deadline = min(deadline, time.monotonic() + 30)
-        while not _listening(port):
-            if not server.alive():
-                server.kill()  # reap, join the reader
-                if "Address already in use" in _tail_file(server.qemu_log) and attempt < 3:
-                    log.info("127.0.0.1:%d was taken before qemu bound it; picking another port", port)
-                    break
-                raise SoftRoceError(
-                    f"the server qemu exited before listening on 127.0.0.1:{port}:\n{server.tail_text()}"
-                )
-            if time.monotonic() > listen_deadline:
-                raise SoftRoceError(
-                    f"the server qemu did not listen on 127.0.0.1:{port} within 30 s:\n{server.tail_text()}"
-                )
-            time.sleep(0.05)
-        else:
-            return port
-    raise SoftRoceError("could not start the server qemu on a free 127.0.0.1 port in 3 attempts")
 
 
 def _wait_client(
@@ -1259,7 +1235,7 @@ testbed (`testbed/softroce`), for the doctor's and devices.py's tests.
   rdma-core {_manifest_version(img, "rdma-core")}, perftest {_manifest_version(img, "perftest")},
   `qemu-system-x86_64 -accel tcg`, virtio-net NIC, MAC 52:54:00:77:00:02.
 - This is the CLIENT guest of a two-guest run (192.168.77.2/24 on eth0; the server
-  guest 192.168.77.1 is its only peer, over a qemu socket link on the host's 127.0.0.1).
+  guest 192.168.77.1 is its only peer, over a datagram link between the two qemu processes).
 - Guest setup (testbed init.sh): `modprobe -a virtio_net ib_uverbs rdma_ucm rdma_rxe`,
   `ip addr add 192.168.77.2/24 dev eth0`, `ip link set eth0 up`,
   `rdma link add rxe0 type rxe netdev eth0`.
@@ -1325,7 +1301,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--siw", action="store_true", help="also build siw.ko (iWARP) for the guest kernel")
     r = sub.add_parser("run", parents=[common], help="boot the guest(s) and run CMD inside; exit with its status")
     r.add_argument("--two-guests", action="store_true",
-                   help="server guest + client guest joined by a qemu socket link on 127.0.0.1")
+                   help="server guest + client guest joined by a datagram link (a Unix socket pair)")
     r.add_argument("--siw", action="store_true", help="siw0 (soft iWARP) instead of rxe0")
     r.add_argument("--timeout", type=argtypes.finite_float(1, 86400), default=DEFAULT_TIMEOUT_S, metavar="S",
                    help=f"kill the guest(s) and fail after S seconds (default {DEFAULT_TIMEOUT_S:g})")
