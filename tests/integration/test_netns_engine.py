@@ -161,3 +161,27 @@ def test_ucx_net_devices_bypassed_by_routing_is_caught(plain: None) -> None:
     (rec,) = recs
     assert rec["transport"]["local"]["requested"]["UCX_NET_DEVICES"] == "fabric0"
     assert rec["path"]["verdict"] == "misrouted" and "mgmt0" in rec["path"]["summary"]
+
+
+@pytest.mark.parametrize("backend", [
+    ["--backend", "ofi", "--provider", "tcp;ofi_rxm", "--ofi-ep", "rdm"],
+    ["--backend", "ofi", "--provider", "tcp", "--ofi-ep", "msg"],
+    ["--backend", "tcp"],
+], ids=["ofi-rxm", "ofi-msg", "tcp"])
+def test_device_fabric0_with_control_over_mgmt_is_carried_by_fabric0(plain: None, backend: list[str]) -> None:
+    """Control reaches the server over mgmt0 and serve was given no --device: the client's
+    --device fabric0 still decides the path. The client names fabric0's network in its config
+    and the server's engine puts its data endpoint on its own address there (before, ofi's went
+    on the mgmt0 address control came in on: every byte on mgmt0, misrouted)."""
+    server = serve_in("fs-b", "0.0.0.0")
+    try:
+        rc, recs, err = run_in("fs-a", "--peer", f"10.202.0.2:{PORT}", *backend, "--device", "fabric0",
+                               "--pattern", "bw", "--sizes", "64K", "--iters", "2000")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert rc == 0, err
+    (rec,) = recs
+    path = rec["path"]
+    assert path["verdict"] == "verified" and path["requested"] == "fabric0", path
+    assert set(path["sides"]) == {"local", "peer"}  # the server's counters say fabric0 too

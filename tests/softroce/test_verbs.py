@@ -72,7 +72,13 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         if reuse:
             pass
         else:
-            rc = softroce.run(["env", "FS_ENGINE=/out/bin/fabscope-engine", "python3",
+            # The bench section here checks the comparison's machinery, not the ratios (one vCPU:
+            # the busy-polling rows measure the scheduler, see bench/softroce_vs_perftest.py):
+            # two repeats of shorter runs are enough for that and save minutes of CI.
+            bench_env = [f"FS_BENCH_REPEATS={os.environ.get('FS_BENCH_REPEATS', '2')}",
+                         f"FS_BENCH_LAT_N={os.environ.get('FS_BENCH_LAT_N', '300')}",
+                         f"FS_BENCH_BW_N={os.environ.get('FS_BENCH_BW_N', '1000')}"]
+            rc = softroce.run(["env", "FS_ENGINE=/out/bin/fabscope-engine", *bench_env, "python3",
                                "/fabscope/tests/softroce/verbs_suite.py", "/out/res", *sections],
                               out_dir=out, timeout_s=float(os.environ.get("FS_VERBS_TIMEOUT", "2400")),
                               stdout=console, stderr=console)
@@ -159,6 +165,11 @@ def test_option_effects(guest: dict[str, Any]) -> None:
     assert loc("rc-write-bw")["inline"] == 0
     # 1001 = 62 x 16 + 9: the unsignaled tail must have been closed by a zero-length write
     assert loc("rc-write-bw-cqmod16")["tail_flushes"] >= 1
+    # UD: closed by a zero-length send that the receiver does not count (counted, the receiver
+    # would have more messages than were sent and the loss figure would wrap around)
+    assert loc("ud-send-bw-cqmod16")["tail_flushes"] >= 1
+    ud = _results(_get(guest, "ud-send-bw-cqmod16"))[0]
+    assert 0 <= ud["lost_messages"] < 1001, ud["lost_messages"]
     assert loc("rc-write-lat")["arrival"].startswith("target polls the last byte")
     assert _results(_get(guest, "rc-send-lat-block"))[0]["transport"]["poll"] == "block"
     sweep = _results(_get(guest, "rc-send-lat-sweep"))
@@ -288,7 +299,7 @@ def test_bench_vs_perftest(guest: dict[str, Any], tmp_path: Path) -> None:
     for r in rows:
         # every fabscope repeat must produce a number; perftest itself sometimes refuses under TCG
         # ("Correlation coefficient r^2 < 0.9 - Can't produce a report": its cycle counter check),
-        # so 2 of its 3 suffice
+        # so one short of all its repeats suffices
         assert r["n_fabscope"] == r["runs"] and r["n_perftest"] >= r["runs"] - 1, (
             r["bench"], r["perftest_all"], r["fabscope_all"])
         # TCG with server and client on one vCPU is noisy: the goals (1.05x / 0.95x) are reported

@@ -102,7 +102,8 @@ static const struct fs_option ofi_options[] = {
      0},
     {"domain", FS_OPT_STR, O(domain), S(domain), 0, 0, NULL, NULL,
      "libfabric domain on this host (e.g. lo, eth0, mlx5_0); --device means the same; empty = "
-     "the domain of the control connection's address",
+     "the domain of this host's address on the network of the client's --device (server), else "
+     "of the control connection's address",
      FS_OPTF_LOCAL},
     {"ofi-ep", FS_OPT_ENUM, O(ep), S(ep), 0, 0, "rdm", ep_values,
      "endpoint type: rdm (reliable datagram) or msg (connected)", 0},
@@ -129,7 +130,7 @@ struct ofi {
     enum fs_pattern pat;
     enum fi_ep_type ep_type;
     char domain_req[64];
-    char ctl_local[64];
+    char source_addr[64]; /* server: where the endpoint goes when no domain is named */
     double timeout_s;
     long tx_depth;
 
@@ -397,11 +398,11 @@ static int getinfo(struct ofi *f, const char *domain, struct fs_err *err)
     struct fi_info *list = NULL;
     int rc = fi_getinfo(OFI_API, NULL, NULL, 0, h, &list);
     struct fi_info *chosen = rc ? NULL : pick(list, f->o.provider);
-    if (chosen && !domain[0] && sockaddr_format(chosen->addr_format) && f->ctl_local[0]) {
-        /* Follow the control connection's address, as the tcp backend does, instead of
+    if (chosen && !domain[0] && sockaddr_format(chosen->addr_format) && f->source_addr[0]) {
+        /* Follow the data-path (or control) address, as the tcp backend does, instead of
          * whatever interface the provider lists first. */
         struct fi_info *bound = NULL;
-        if (fi_getinfo(OFI_API, f->ctl_local, NULL, FI_SOURCE, h, &bound) == 0) {
+        if (fi_getinfo(OFI_API, f->source_addr, NULL, FI_SOURCE, h, &bound) == 0) {
             struct fi_info *b = pick(bound, f->o.provider);
             if (b) {
                 fi_freeinfo(list);
@@ -521,7 +522,12 @@ static int ofi_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     if (f->mem_polling)
         f->block = 0;
     f->ep_type = strcmp(f->o.ep, "msg") == 0 ? FI_EP_MSG : FI_EP_RDM;
-    snprintf(f->ctl_local, sizeof f->ctl_local, "%s", ctx->ctl_local_addr ? ctx->ctl_local_addr : "");
+    /* Where our endpoint goes when no domain is named: on the network of the client's --device
+     * if it named one (datapath.h), else the control connection's address. */
+    snprintf(f->source_addr, sizeof f->source_addr, "%s",
+             ctx->data_local_addr ? ctx->data_local_addr
+             : ctx->ctl_local_addr ? ctx->ctl_local_addr
+                                   : "");
     const char *domain = domain_wanted(&f->o, ctx->spec->device, err);
     if (!domain || check_names(&f->o, domain, err))
         return -1;

@@ -193,10 +193,12 @@ static int tcp_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     memset(t->txbuf, 0xa5, bufsize);
     if (!t->is_server)
         return 0;
-    /* Listen where the client reached us, unless told otherwise: data then follows the same
-     * path as control, and --bind on the server moves it. */
+    /* Listen on the network of the client's --device, else where the client reached us: data
+     * then follows the same path as control; --bind on the server moves it. */
     snprintf(t->listen_addr, sizeof t->listen_addr, "%s",
-             t->bind_addr[0] ? t->bind_addr : ctx->ctl_local_addr);
+             t->bind_addr[0]          ? t->bind_addr
+             : ctx->data_local_addr ? ctx->data_local_addr
+                                    : ctx->ctl_local_addr);
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
     struct addrinfo *res = NULL;
     int gai = getaddrinfo(t->listen_addr, "0", &hints, &res);

@@ -882,12 +882,6 @@ static int check_service(struct vb *v, struct fs_err *err)
                        "--cq-mod %ld is larger than --tx-depth %ld: the sender would stop before "
                        "asking for a completion",
                        v->o.cq_mod, v->tx_depth);
-    if (v->o.cq_mod > 1 && v->svc == VB_UD)
-        return fs_fail(err, FS_EXIT_USAGE,
-                       "--cq-mod %ld with --qp-type ud: fabscope closes a run of unsignaled "
-                       "requests with a zero-length RDMA write, which UD does not have; use "
-                       "--cq-mod 1",
-                       v->o.cq_mod);
     if (v->o.inline_size > 0 && v->op != FS_OP_SEND && v->op != FS_OP_WRITE &&
         v->op != FS_OP_WRITE_IMM)
         return fs_fail(err, FS_EXIT_USAGE,
@@ -1545,7 +1539,7 @@ static int vb_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *err
                        fs_ops[op].name, size);
     /* A ping-pong does not wait for its own send completions, and with --cq-mod it may end on
      * an unsignaled run: settle both before the next size reuses the queues. */
-    for (int i = 0; i < v->nqp && v->svc != VB_UD; i++)
+    for (int i = 0; i < v->nqp; i++)
         if (v->qp[i].unsig_ops && !v->qp[i].sig_inflight && post_flush(v, &v->qp[i], i, err))
             return -1;
     for (int slice = 0; v->unreported && slice * 10 < v->timeout_ms; slice++) {
@@ -1586,14 +1580,23 @@ static int post_flush(struct vb *v, struct vb_qp *q, int qi, struct fs_err *err)
 {
     /* A zero-length RDMA write: changes no memory and consumes no receive, and its completion
      * (completions of one send queue arrive in order) vouches for the unsignaled run before
-     * it. Needed because the core, not the backend, decides when a run of posts ends. */
+     * it. Needed because the core, not the backend, decides when a run of posts ends.
+     * UD has no RDMA write: there it is a zero-length send, which the receiver takes for what
+     * it is (only the 40-byte GRH, never a message of the run, see on_recv) and does not count. */
     struct ibv_send_wr wr = {.wr_id = WR_FLUSH | WR_QP(qi) | q->unsig_ops,
                              .sg_list = NULL,
                              .num_sge = 0,
                              .opcode = IBV_WR_RDMA_WRITE,
                              .send_flags = IBV_SEND_SIGNALED};
-    wr.wr.rdma.remote_addr = v->peer_rx_addr;
-    wr.wr.rdma.rkey = v->peer_rkey;
+    if (v->svc == VB_UD) {
+        wr.opcode = IBV_WR_SEND;
+        wr.wr.ud.ah = v->ah;
+        wr.wr.ud.remote_qpn = q->peer_qpn;
+        wr.wr.ud.remote_qkey = VB_QKEY;
+    } else {
+        wr.wr.rdma.remote_addr = v->peer_rx_addr;
+        wr.wr.rdma.rkey = v->peer_rkey;
+    }
     struct ibv_send_wr *bad = NULL;
     int rc = ibv_post_send(q->qp, &wr, &bad);
     if (rc)
@@ -1701,9 +1704,13 @@ static int vb_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
     return 1;
 }
 
+/* 1 = a message of the run arrived, 0 = a UD tail flush (see post_flush), -1 = error. */
 static int on_recv(struct vb *v, const struct ibv_wc *wc, struct fs_err *err)
 {
     const uint64_t hdr = v->svc == VB_UD ? VB_GRH : 0;
+    int qi = WR_QPI(wc->wr_id);
+    if (v->svc == VB_UD && wc->byte_len == VB_GRH)
+        return post_recvs(v, &v->qp[qi], qi, 1, err) ? -1 : 0; /* sizes are >= 1 byte */
     if (v->o.verify) {
         if (wc->byte_len != v->size + hdr)
             return fs_fail(err, FS_EXIT_MEASURE,
@@ -1719,9 +1726,8 @@ static int on_recv(struct vb *v, const struct ibv_wc *wc, struct fs_err *err)
             return -1;
     }
     v->rx_seq++;
-    int qi = WR_QPI(wc->wr_id);
     v->qp[qi].rx_msgs++;
-    return post_recvs(v, &v->qp[qi], qi, 1, err);
+    return post_recvs(v, &v->qp[qi], qi, 1, err) ? -1 : 1;
 }
 
 static int poll_cq(struct vb *v, struct fs_events *ev, int *got, struct fs_err *err)
@@ -1734,9 +1740,10 @@ static int poll_cq(struct vb *v, struct fs_events *ev, int *got, struct fs_err *
         if (wc[i].status != IBV_WC_SUCCESS)
             return wc_fail(v, &wc[i], err);
         if (wc[i].wr_id & WR_RECV) {
-            if (on_recv(v, &wc[i], err))
+            int msg = on_recv(v, &wc[i], err);
+            if (msg < 0)
                 return -1;
-            ev->rx_done++;
+            ev->rx_done += (uint64_t)msg;
             continue;
         }
         struct vb_qp *q = &v->qp[WR_QPI(wc[i].wr_id)];

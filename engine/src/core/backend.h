@@ -26,6 +26,9 @@ struct fs_be_ctx {
     uint64_t max_size; /* the largest message of the run: allocate/register once */
     const char *ctl_local_addr;  /* numeric address of our end of the control connection */
     const char *ctl_peer_addr;   /* numeric address of the peer's end */
+    /* Server without --device/--bind: its address on the network of the client's --device
+     * (datapath.h), where the data endpoint belongs; NULL when the client named none. */
+    const char *data_local_addr;
     int block; /* effective poll mode (1 = block): backends whose wakeup support changes what
                 * the library selects (UCX's WAKEUP feature) must know before they open it */
 };

@@ -55,6 +55,10 @@ const char *fs_tsc_unusable(const char *root)
 static void read_pair(uint64_t *tick, uint64_t *ns)
 {
     uint64_t best = UINT64_MAX;
+    /* Set before the loop: GCC at -O3 cannot see that the first pass always takes the branch
+     * (-Werror=maybe-uninitialized broke a Release build). */
+    *tick = __rdtsc();
+    *ns = fs_monotonic_ns();
     for (int i = 0; i < 50; i++) {
         uint64_t a = __rdtsc();
         uint64_t n = fs_monotonic_ns();

@@ -3,6 +3,7 @@
 #include "engine.h"
 
 #include <cjson/cJSON.h>
+#include <ifaddrs.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "datapath.h"
 #include "output.h"
 
 const struct fs_op_info fs_ops[FS_OP_COUNT] = {
@@ -193,6 +195,7 @@ static int backend_setup(struct fs_run *r, struct fs_err *err)
                             .max_size = max_size(r),
                             .ctl_local_addr = r->ctl_local,
                             .ctl_peer_addr = r->ctl_peer,
+                            .data_local_addr = r->data_local[0] ? r->data_local : NULL,
                             .block = r->block};
     if (r->bops->setup(&ctx, &r->be, err)) {
         if (!err->code)
@@ -289,6 +292,22 @@ static int prepare_size(struct fs_run *r, uint64_t size, struct fs_err *err)
 
 /* ---- server ------------------------------------------------------------------------------ */
 
+/* The client named its --device's networks: without a device or address of our own, the data
+ * endpoint goes on our address in one of them, not on the address control came in on. */
+static void server_data_path(struct fs_run *r, const cJSON *hint)
+{
+    r->data_local[0] = r->data_local_if[0] = '\0';
+    if (!hint || r->spec.device[0] || r->spec.bind[0])
+        return;
+    struct ifaddrs *ifa = NULL;
+    if (getifaddrs(&ifa))
+        return;
+    if (fs_datapath_pick(hint, ifa, r->data_local, sizeof r->data_local, r->data_local_if,
+                         sizeof r->data_local_if))
+        r->data_local[0] = r->data_local_if[0] = '\0';
+    freeifaddrs(ifa);
+}
+
 int fs_run_server(struct fs_run *r, struct fs_err *err)
 {
     r->is_server = 1;
@@ -306,8 +325,10 @@ int fs_run_server(struct fs_run *r, struct fs_err *err)
         goto fail;
     }
     if (fs_opt_apply_wire(&r->core_set, core, err) || fs_run_select_backend(r, err) ||
-        fs_opt_apply_wire(&r->be_set, beo, err) || fs_run_validate(r, err) ||
-        backend_setup(r, err))
+        fs_opt_apply_wire(&r->be_set, beo, err) || fs_run_validate(r, err))
+        goto fail;
+    server_data_path(r, cJSON_GetObjectItemCaseSensitive(m, "data_path"));
+    if (backend_setup(r, err))
         goto fail;
     cJSON_Delete(m);
     m = NULL;
@@ -376,6 +397,15 @@ int fs_run_client(struct fs_run *r, struct fs_out *out, struct fs_err *err)
     cJSON_AddStringToObject(m, "type", "config");
     fs_opt_wire_json(&r->core_set, cJSON_AddObjectToObject(m, "core"));
     fs_opt_wire_json(&r->be_set, cJSON_AddObjectToObject(m, "backend"));
+    struct ifaddrs *ifa = NULL;
+    if (r->spec.device[0] && getifaddrs(&ifa) == 0) {
+        cJSON *dp = cJSON_CreateObject();
+        if (fs_datapath_describe(r->spec.device, ifa, dp) > 0)
+            cJSON_AddItemToObject(m, "data_path", dp);
+        else
+            cJSON_Delete(dp);
+        freeifaddrs(ifa);
+    }
     int rc = fs_ctl_send(&r->ctl, m, timeout_ms(r), err);
     cJSON_Delete(m);
     m = NULL;

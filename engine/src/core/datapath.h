@@ -1,0 +1,30 @@
+/* Which network the data path is on, told by the client to a server that was given no device.
+ *
+ * A client asks for `--device fabric0` while its control connection reaches the server over
+ * another network (a management LAN). The server, started without a device of its own, used to
+ * put its data endpoint on the address the control connection came in on, so the client's
+ * fabric0 bytes went to the management address and out over the management link (the verdict
+ * caught it: misrouted). The client now sends the networks of its device in "config"; the
+ * server takes its own address on one of them. */
+#ifndef FS_DATAPATH_H
+#define FS_DATAPATH_H
+
+#include <stddef.h>
+
+struct cJSON;
+struct ifaddrs;
+
+#define FS_DATAPATH_MAX_NETS 16
+
+/* Client: adds {"device": NAME, "networks": ["10.201.0.1/24", "fd00::1/64", ...]} to `out`
+ * when `device` is a network interface with addresses here (IPv4, and IPv6 beyond link-local).
+ * Returns the number of networks added (0: not a netdev or no address, nothing useful to say). */
+int fs_datapath_describe(const char *device, const struct ifaddrs *ifa, struct cJSON *out);
+
+/* Server: the first address in `ifa` inside one of the hint's networks, as numeric text, and
+ * the interface that holds it. Returns 0 when found, -1 otherwise (no hint, a malformed hint, or
+ * no address of ours on those networks). The hint is network input: anything is tolerated. */
+int fs_datapath_pick(const struct cJSON *hint, const struct ifaddrs *ifa, char *addr,
+                     size_t addr_len, char *ifname, size_t ifname_len);
+
+#endif
