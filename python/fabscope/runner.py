@@ -61,7 +61,8 @@ def _pin_cpus() -> tuple[int | None, int | None]:
 _ENGINE_NOTE = re.compile(r"^fabscope-engine[\w-]*: note: (.*)$", re.MULTILINE)
 
 
-def _read_line(stream: IO[str], deadline: float) -> str | None:
+def read_line_within(stream: IO[str], deadline: float) -> str | None:
+    """One line of a child's output, or None once `deadline` (time.monotonic()) has passed."""
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -112,7 +113,7 @@ def stream_client(
     try:
         last = time.monotonic()
         while True:
-            line = _read_line(proc.stdout, last + guard)
+            line = read_line_within(proc.stdout, last + guard)
             if line is None:
                 stop_process_group(proc)
                 outcome.error = f"the engine printed nothing for {guard:.0f} s and was stopped"
@@ -229,7 +230,7 @@ def run_loopback(
     ) as server:
         assert server.stdout is not None and server.stderr is not None
         try:
-            line = _read_line(server.stdout, time.monotonic() + timeout_s)
+            line = read_line_within(server.stdout, time.monotonic() + timeout_s)
             if not line:
                 server.kill()
                 err = server.stderr.read().strip().removeprefix("fabscope-engine: ")

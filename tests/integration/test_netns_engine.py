@@ -49,6 +49,16 @@ def run_in(ns: str, *args: str, timeout: float = 90) -> tuple[int, list[dict[str
     return out.returncode, json_lines(out.stdout), out.stderr
 
 
+def run_against_serve(*args: str) -> tuple[int, list[dict[str, Any]], str]:
+    """`fabscope run ARGS` on fs-a against a serve on fs-b that was given no --device."""
+    server = serve_in("fs-b", "0.0.0.0")
+    try:
+        return run_in("fs-a", *args)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
 @pytest.fixture
 def shaped_1g() -> Iterator[None]:
     yield from nh.testbed("1gbit")
@@ -60,13 +70,8 @@ def shaped_100m() -> Iterator[None]:
 
 
 def bandwidth_over_fabric(seconds: str) -> float:
-    server = serve_in("fs-b", "0.0.0.0")
-    try:
-        rc, recs, err = run_in("fs-a", "--peer", f"10.201.0.2:{PORT}", "--device", "fabric0", "--pattern", "bw",
-                               "--sizes", "64K", "--duration", seconds, "--warmup-time", "0.5")
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    rc, recs, err = run_against_serve("--peer", f"10.201.0.2:{PORT}", "--device", "fabric0", "--pattern", "bw",
+                                      "--sizes", "64K", "--duration", seconds, "--warmup-time", "0.5")
     assert rc == 0, err
     (rec,) = recs
     assert rec["path"]["verdict"] == "verified", rec["path"]
@@ -101,13 +106,8 @@ def plain() -> Iterator[None]:
 
 
 def test_device_fabric0_is_verified_on_both_sides(plain: None) -> None:
-    server = serve_in("fs-b", "0.0.0.0")
-    try:
-        rc, recs, err = run_in("fs-a", "--peer", f"10.201.0.2:{PORT}", "--device", "fabric0", "--pattern", "bw",
-                               "--sizes", "64K", "--iters", "2000")
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    rc, recs, err = run_against_serve("--peer", f"10.201.0.2:{PORT}", "--device", "fabric0", "--pattern", "bw",
+                                      "--sizes", "64K", "--iters", "2000")
     assert rc == 0, err
     (rec,) = recs
     path = rec["path"]
@@ -173,13 +173,8 @@ def test_device_fabric0_with_control_over_mgmt_is_carried_by_fabric0(plain: None
     --device fabric0 still decides the path. The client names fabric0's network in its config
     and the server's engine puts its data endpoint on its own address there (before, ofi's went
     on the mgmt0 address control came in on: every byte on mgmt0, misrouted)."""
-    server = serve_in("fs-b", "0.0.0.0")
-    try:
-        rc, recs, err = run_in("fs-a", "--peer", f"10.202.0.2:{PORT}", *backend, "--device", "fabric0",
-                               "--pattern", "bw", "--sizes", "64K", "--iters", "2000")
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    rc, recs, err = run_against_serve("--peer", f"10.202.0.2:{PORT}", *backend, "--device", "fabric0",
+                                      "--pattern", "bw", "--sizes", "64K", "--iters", "2000")
     assert rc == 0, err
     (rec,) = recs
     path = rec["path"]

@@ -67,6 +67,20 @@ def test_agent_without_token(capsys: pytest.CaptureFixture[str], monkeypatch: py
     assert "FABSCOPE_MATRIX_TOKEN is not set" in capsys.readouterr().err
 
 
+def test_a_token_file_that_cannot_be_created_says_why_and_the_fix(tmp_path: Path) -> None:
+    from fabscope.errors import FabscopeError
+    from fabscope.matrix.agent import create_token_file
+
+    missing = tmp_path / "no-such-dir" / "token"
+    with pytest.raises(FabscopeError) as exc:
+        create_token_file(missing)
+    assert exc.value.exit_code == 2
+    assert str(missing) in str(exc.value) and f"create the directory {missing.parent}" in str(exc.value)
+    made = tmp_path / "token"
+    token = create_token_file(made)
+    assert made.read_text().strip() == token and made.stat().st_mode & 0o777 == 0o600
+
+
 def test_agent_refuses_a_token_file_others_can_read(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("x" * 32 + "\n")

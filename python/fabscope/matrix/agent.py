@@ -18,6 +18,7 @@ same options as `fabscope run`; the agent adds only the mode (--listen/--peer) a
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
@@ -31,6 +32,7 @@ from typing import Any
 from .. import __version__, control
 from ..engine import engine_path
 from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
+from ..runner import read_line_within
 
 TOKEN_ENV = "FABSCOPE_MATRIX_TOKEN"
 AGENT_PROTO = 1
@@ -61,7 +63,16 @@ def create_token_file(path: Path) -> str:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except OSError as exc:
-        raise FabscopeError(f"--token-file {path}: cannot create it: {exc.strerror or exc}", EXIT_USAGE) from exc
+        if exc.errno == errno.ENOENT:
+            fix = f"create the directory {path.parent} first, or name a file in one that exists"
+        elif exc.errno == errno.EEXIST:
+            fix = "another run created it just now; give each run its own file"
+        else:
+            fix = ("name a file in a directory you can write (a shared home or scratch directory the "
+                   "agents' hosts also see), or make the file yourself, owner-only (chmod 600), and pass it")
+        raise FabscopeError(
+            f"--token-file {path}: cannot create it: {exc.strerror or exc}. Fix: {fix}", EXIT_USAGE
+        ) from exc
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
     return token
@@ -129,7 +140,7 @@ class Agent:
             assert proc.stdout is not None and proc.stderr is not None
             port = None
             try:
-                line = _read_line(proc.stdout, time.monotonic() + timeout_s)
+                line = read_line_within(proc.stdout, time.monotonic() + timeout_s)
                 port = int(json.loads(line)["port"]) if line else None
             except (ValueError, KeyError, TypeError):
                 port = None
@@ -157,16 +168,6 @@ class Agent:
         outcome = stream_client(cmd, timeout_s, None)
         self.send({"type": "result", "id": msg["id"], "records": [r.to_json() for r in outcome.records],
                    "error": outcome.error, "exit_code": outcome.exit_code})
-
-
-def _read_line(stream: Any, deadline: float) -> str | None:
-    import select
-
-    left = deadline - time.monotonic()
-    if left <= 0:
-        return None
-    ready, _, _ = select.select([stream], [], [], left)
-    return str(stream.readline()) if ready else None
 
 
 def _connect_within(host: str, port: int, timeout_s: float) -> socket.socket:
