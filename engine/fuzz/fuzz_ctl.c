@@ -48,9 +48,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "core");
             if (cJSON_IsObject(c))
                 fs_opt_apply_wire(&core, c, &err);
-            char addr[64], ifname[64];
+            char addr[64];
             fs_datapath_pick(cJSON_GetObjectItemCaseSensitive(m, "data_path"), fake_ifaddrs(), addr,
-                             sizeof addr, ifname, sizeof ifname);
+                             sizeof addr);
         }
         cJSON_Delete(m);
     }

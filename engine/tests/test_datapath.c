@@ -15,25 +15,17 @@ struct fake_if {
     struct sockaddr_storage addr, mask;
 };
 
-static void set4(struct fake_if *f, const char *name, const char *ip, const char *mask)
+/* One interface address: `family` AF_INET or AF_INET6, address and netmask as text. */
+static void set_if(struct fake_if *f, int family, const char *name, const char *ip, const char *mask)
 {
     memset(f, 0, sizeof *f);
-    struct sockaddr_in *a = (struct sockaddr_in *)&f->addr, *m = (struct sockaddr_in *)&f->mask;
-    a->sin_family = m->sin_family = AF_INET;
-    inet_pton(AF_INET, ip, &a->sin_addr);
-    inet_pton(AF_INET, mask, &m->sin_addr);
-    f->ifa.ifa_name = (char *)name;
-    f->ifa.ifa_addr = (struct sockaddr *)&f->addr;
-    f->ifa.ifa_netmask = (struct sockaddr *)&f->mask;
-}
-
-static void set6(struct fake_if *f, const char *name, const char *ip, const char *mask)
-{
-    memset(f, 0, sizeof *f);
-    struct sockaddr_in6 *a = (struct sockaddr_in6 *)&f->addr, *m = (struct sockaddr_in6 *)&f->mask;
-    a->sin6_family = m->sin6_family = AF_INET6;
-    inet_pton(AF_INET6, ip, &a->sin6_addr);
-    inet_pton(AF_INET6, mask, &m->sin6_addr);
+    f->addr.ss_family = f->mask.ss_family = (sa_family_t)family;
+    void *a = family == AF_INET ? (void *)&((struct sockaddr_in *)&f->addr)->sin_addr
+                                : (void *)&((struct sockaddr_in6 *)&f->addr)->sin6_addr;
+    void *m = family == AF_INET ? (void *)&((struct sockaddr_in *)&f->mask)->sin_addr
+                                : (void *)&((struct sockaddr_in6 *)&f->mask)->sin6_addr;
+    inet_pton(family, ip, a);
+    inet_pton(family, mask, m);
     f->ifa.ifa_name = (char *)name;
     f->ifa.ifa_addr = (struct sockaddr *)&f->addr;
     f->ifa.ifa_netmask = (struct sockaddr *)&f->mask;
@@ -45,10 +37,10 @@ static void chain(struct fake_if *f, int n)
         f[i].ifa.ifa_next = i + 1 < n ? &f[i + 1].ifa : NULL;
 }
 
-static int pick(const char *hint_json, struct fake_if *ifs, char *addr, char *ifname)
+static int pick(const char *hint_json, struct fake_if *ifs, char *addr)
 {
     cJSON *h = cJSON_Parse(hint_json);
-    int rc = fs_datapath_pick(h, &ifs[0].ifa, addr, 64, ifname, 64);
+    int rc = fs_datapath_pick(h, &ifs[0].ifa, addr, 64);
     cJSON_Delete(h);
     return rc;
 }
@@ -57,11 +49,11 @@ int main(void)
 {
     /* The client host: fabric0 10.201.0.1/24 (+ a global and a link-local IPv6), mgmt0. */
     struct fake_if client[5];
-    set4(&client[0], "lo", "127.0.0.1", "255.0.0.0");
-    set4(&client[1], "mgmt0", "10.202.0.1", "255.255.255.0");
-    set4(&client[2], "fabric0", "10.201.0.1", "255.255.255.0");
-    set6(&client[3], "fabric0", "fe80::1", "ffff:ffff:ffff:ffff::");
-    set6(&client[4], "fabric0", "fd01::1", "ffff:ffff:ffff:ffff::");
+    set_if(&client[0], AF_INET, "lo", "127.0.0.1", "255.0.0.0");
+    set_if(&client[1], AF_INET, "mgmt0", "10.202.0.1", "255.255.255.0");
+    set_if(&client[2], AF_INET, "fabric0", "10.201.0.1", "255.255.255.0");
+    set_if(&client[3], AF_INET6, "fabric0", "fe80::1", "ffff:ffff:ffff:ffff::");
+    set_if(&client[4], AF_INET6, "fabric0", "fd01::1", "ffff:ffff:ffff:ffff::");
     chain(client, 5);
     cJSON *o = cJSON_CreateObject();
     CHECK(fs_datapath_describe("fabric0", &client[0].ifa, o) == 2);
@@ -78,31 +70,31 @@ int main(void)
 
     /* The server host: the client reached it over mgmt0; its fabric0 is 10.201.0.2. */
     struct fake_if server[4];
-    set4(&server[0], "lo", "127.0.0.1", "255.0.0.0");
-    set4(&server[1], "mgmt0", "10.202.0.2", "255.255.255.0");
-    set4(&server[2], "fabric0", "10.201.0.2", "255.255.255.0");
-    set6(&server[3], "fabric0", "fd01::2", "ffff:ffff:ffff:ffff::");
+    set_if(&server[0], AF_INET, "lo", "127.0.0.1", "255.0.0.0");
+    set_if(&server[1], AF_INET, "mgmt0", "10.202.0.2", "255.255.255.0");
+    set_if(&server[2], AF_INET, "fabric0", "10.201.0.2", "255.255.255.0");
+    set_if(&server[3], AF_INET6, "fabric0", "fd01::2", "ffff:ffff:ffff:ffff::");
     chain(server, 4);
-    char addr[64], ifn[64];
-    CHECK(pick("{\"device\":\"fabric0\",\"networks\":[\"10.201.0.1/24\"]}", server, addr, ifn) == 0);
-    CHECK(strcmp(addr, "10.201.0.2") == 0 && strcmp(ifn, "fabric0") == 0);
-    CHECK(pick("{\"networks\":[\"fd01::1/64\"]}", server, addr, ifn) == 0);
+    char addr[64];
+    CHECK(pick("{\"device\":\"fabric0\",\"networks\":[\"10.201.0.1/24\"]}", server, addr) == 0);
+    CHECK(strcmp(addr, "10.201.0.2") == 0); /* fabric0's, not mgmt0's */
+    CHECK(pick("{\"networks\":[\"fd01::1/64\"]}", server, addr) == 0);
     CHECK(strcmp(addr, "fd01::2") == 0);
     /* The first network the server has wins; ones it lacks are skipped. */
-    CHECK(pick("{\"networks\":[\"10.9.9.1/24\",\"10.202.0.1/24\"]}", server, addr, ifn) == 0);
-    CHECK(strcmp(ifn, "mgmt0") == 0);
+    CHECK(pick("{\"networks\":[\"10.9.9.1/24\",\"10.202.0.1/24\"]}", server, addr) == 0);
+    CHECK(strcmp(addr, "10.202.0.2") == 0); /* mgmt0's */
     /* A /20 on the client covers the server's 10.201.0.2 too. */
-    CHECK(pick("{\"networks\":[\"10.201.7.7/20\"]}", server, addr, ifn) == 0);
+    CHECK(pick("{\"networks\":[\"10.201.7.7/20\"]}", server, addr) == 0);
     CHECK(strcmp(addr, "10.201.0.2") == 0);
     /* No network in common, or nothing usable: -1, the caller keeps the control address. */
-    CHECK(pick("{\"networks\":[\"10.9.9.1/24\"]}", server, addr, ifn) == -1);
+    CHECK(pick("{\"networks\":[\"10.9.9.1/24\"]}", server, addr) == -1);
     const char *bad[] = {"null", "[]", "{}", "{\"networks\":\"10.201.0.1/24\"}",
                          "{\"networks\":[1,null,{}]}", "{\"networks\":[\"10.201.0.1\"]}",
                          "{\"networks\":[\"10.201.0.1/0\"]}", "{\"networks\":[\"10.201.0.1/33\"]}",
                          "{\"networks\":[\"10.201.0.1/24x\"]}", "{\"networks\":[\"/24\"]}",
                          "{\"networks\":[\"host.example/24\"]}", "{\"networks\":[\"fd01::1/129\"]}"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
-        CHECK(pick(bad[i], server, addr, ifn) == -1);
-    CHECK(fs_datapath_pick(NULL, &server[0].ifa, addr, sizeof addr, ifn, sizeof ifn) == -1);
+        CHECK(pick(bad[i], server, addr) == -1);
+    CHECK(fs_datapath_pick(NULL, &server[0].ifa, addr, sizeof addr) == -1);
     return CHECK_DONE();
 }

@@ -109,8 +109,7 @@ static int parse_net(const char *s, int *family, uint8_t *bytes, int *bits)
     return 0;
 }
 
-int fs_datapath_pick(const cJSON *hint, const struct ifaddrs *ifa, char *addr, size_t addr_len,
-                     char *ifname, size_t ifname_len)
+int fs_datapath_pick(const cJSON *hint, const struct ifaddrs *ifa, char *addr, size_t addr_len)
 {
     const cJSON *nets = cJSON_IsObject(hint) ? cJSON_GetObjectItemCaseSensitive(hint, "networks")
                                              : NULL;
@@ -129,12 +128,9 @@ int fs_datapath_pick(const cJSON *hint, const struct ifaddrs *ifa, char *addr, s
         for (const struct ifaddrs *i = ifa; i; i = i->ifa_next) {
             int f, nb;
             const uint8_t *a = addr_bytes(i->ifa_addr, &f, &nb);
-            if (!a || f != fam || !same_prefix(a, want, bits))
-                continue;
-            if (!inet_ntop(f, a, addr, (socklen_t)addr_len))
-                continue;
-            snprintf(ifname, ifname_len, "%s", i->ifa_name ? i->ifa_name : "");
-            return 0;
+            if (a && f == fam && same_prefix(a, want, bits) &&
+                inet_ntop(f, a, addr, (socklen_t)addr_len))
+                return 0;
         }
     }
     return -1;

@@ -21,10 +21,10 @@ struct ifaddrs;
  * Returns the number of networks added (0: not a netdev or no address, nothing useful to say). */
 int fs_datapath_describe(const char *device, const struct ifaddrs *ifa, struct cJSON *out);
 
-/* Server: the first address in `ifa` inside one of the hint's networks, as numeric text, and
- * the interface that holds it. Returns 0 when found, -1 otherwise (no hint, a malformed hint, or
- * no address of ours on those networks). The hint is network input: anything is tolerated. */
+/* Server: the first address in `ifa` inside one of the hint's networks, as numeric text.
+ * Returns 0 when found, -1 otherwise (no hint, a malformed hint, or no address of ours on those
+ * networks). The hint is network input: anything is tolerated. */
 int fs_datapath_pick(const struct cJSON *hint, const struct ifaddrs *ifa, char *addr,
-                     size_t addr_len, char *ifname, size_t ifname_len);
+                     size_t addr_len);
 
 #endif

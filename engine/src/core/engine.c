@@ -296,15 +296,12 @@ static int prepare_size(struct fs_run *r, uint64_t size, struct fs_err *err)
  * endpoint goes on our address in one of them, not on the address control came in on. */
 static void server_data_path(struct fs_run *r, const cJSON *hint)
 {
-    r->data_local[0] = r->data_local_if[0] = '\0';
-    if (!hint || r->spec.device[0] || r->spec.bind[0])
-        return;
+    r->data_local[0] = '\0';
     struct ifaddrs *ifa = NULL;
-    if (getifaddrs(&ifa))
+    if (!hint || r->spec.device[0] || r->spec.bind[0] || getifaddrs(&ifa))
         return;
-    if (fs_datapath_pick(hint, ifa, r->data_local, sizeof r->data_local, r->data_local_if,
-                         sizeof r->data_local_if))
-        r->data_local[0] = r->data_local_if[0] = '\0';
+    if (fs_datapath_pick(hint, ifa, r->data_local, sizeof r->data_local))
+        r->data_local[0] = '\0';
     freeifaddrs(ifa);
 }
 
@@ -387,6 +384,20 @@ fail:
 
 /* ---- client ------------------------------------------------------------------------------ */
 
+/* Names the networks of our --device in `config`, for a server without a device of its own. */
+static void client_data_path(const struct fs_run *r, cJSON *config)
+{
+    struct ifaddrs *ifa = NULL;
+    if (!r->spec.device[0] || getifaddrs(&ifa))
+        return;
+    cJSON *dp = cJSON_CreateObject();
+    if (fs_datapath_describe(r->spec.device, ifa, dp) > 0)
+        cJSON_AddItemToObject(config, "data_path", dp);
+    else
+        cJSON_Delete(dp);
+    freeifaddrs(ifa);
+}
+
 int fs_run_client(struct fs_run *r, struct fs_out *out, struct fs_err *err)
 {
     r->is_server = 0;
@@ -397,15 +408,7 @@ int fs_run_client(struct fs_run *r, struct fs_out *out, struct fs_err *err)
     cJSON_AddStringToObject(m, "type", "config");
     fs_opt_wire_json(&r->core_set, cJSON_AddObjectToObject(m, "core"));
     fs_opt_wire_json(&r->be_set, cJSON_AddObjectToObject(m, "backend"));
-    struct ifaddrs *ifa = NULL;
-    if (r->spec.device[0] && getifaddrs(&ifa) == 0) {
-        cJSON *dp = cJSON_CreateObject();
-        if (fs_datapath_describe(r->spec.device, ifa, dp) > 0)
-            cJSON_AddItemToObject(m, "data_path", dp);
-        else
-            cJSON_Delete(dp);
-        freeifaddrs(ifa);
-    }
+    client_data_path(r, m);
     int rc = fs_ctl_send(&r->ctl, m, timeout_ms(r), err);
     cJSON_Delete(m);
     m = NULL;

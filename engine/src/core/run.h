@@ -68,7 +68,7 @@ struct fs_run {
     struct fs_cnt_snap cnt_before, cnt_after;
     char ctl_local[64], ctl_peer[64];
     /* Server: our address on the network of the client's --device (see datapath.h), or "". */
-    char data_local[64], data_local_if[64];
+    char data_local[64];
 };
 
 enum fs_phase { FS_PHASE_WARMUP, FS_PHASE_MEASURE };

@@ -899,15 +899,17 @@ def _link_pair() -> tuple[socket.socket, socket.socket]:
     One Ethernet frame is one datagram and nothing sits between the guests. The
     TCP link qemu offers (``-netdev socket`` or ``stream`` on 127.0.0.1) made every
     RC send or write round trip 22 ms, for perftest and fabscope alike, while reads,
-    UC and UD took 0.3-1 ms: RC sends a data frame and an ACK back to back in one
-    direction, and the second small write to qemu's TCP socket waited for the first
-    one's delayed ACK (Nagle). Over this pair ib_send_lat gave 0.31 ms. A full
-    receiver blocks its sender instead of dropping (unlike UDP), so a bandwidth
-    test does not turn into retransmissions.
+    UC and UD took 0.3-1 ms. Only RC send/write put two small frames back to back in
+    one direction (an ACK, then the next message), the pattern Nagle's algorithm holds
+    on a TCP socket; that fits, though it was not traced inside qemu. Over this pair
+    ib_send_lat gave 0.33 ms (UDP: 0.31 ms). A full receiver blocks its sender
+    instead of dropping (unlike UDP), so a bandwidth test does not turn into
+    retransmissions.
     """
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     for end in (a, b):
-        # Room for a burst of 64 KiB messages at the guest MTU (the default is ~200 KiB).
+        # Room for a burst of 64 KiB messages at the guest MTU (the default is ~200 KiB;
+        # the kernel caps the request at net.core.wmem_max).
         with contextlib.suppress(OSError):
             end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
     return a, b
