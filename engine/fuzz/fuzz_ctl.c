@@ -49,8 +49,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (cJSON_IsObject(c))
                 fs_opt_apply_wire(&core, c, &err);
             char addr[64];
-            fs_datapath_pick(cJSON_GetObjectItemCaseSensitive(m, "data_path"), fake_ifaddrs(), addr,
-                             sizeof addr);
+            const cJSON *hint = cJSON_GetObjectItemCaseSensitive(m, "data_path");
+            if (fs_datapath_pick(hint, fake_ifaddrs(), addr, sizeof addr) == 0)
+                fs_datapath_owner(fake_ifaddrs(), addr);
+            /* Each device of a verbs --device list, as a server without a device pairs them. */
+            const cJSON *devs = cJSON_GetObjectItemCaseSensitive(hint, "devices"), *d;
+            cJSON_ArrayForEach(d, devs)
+            {
+                if (fs_datapath_pick(d, fake_ifaddrs(), addr, sizeof addr) == 0)
+                    fs_datapath_owner(fake_ifaddrs(), addr);
+            }
         }
         cJSON_Delete(m);
     }

@@ -96,5 +96,37 @@ int main(void)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         CHECK(pick(bad[i], server, addr) == -1);
     CHECK(fs_datapath_pick(NULL, &server[0].ifa, addr, sizeof addr) == -1);
+    CHECK(strcmp(fs_datapath_owner(&server[0].ifa, "10.201.0.2"), "fabric0") == 0);
+    CHECK(strcmp(fs_datapath_owner(&server[0].ifa, "fd01::2"), "fabric0") == 0);
+    CHECK(fs_datapath_owner(&server[0].ifa, "10.201.0.9") == NULL);
+
+    /* RDMA devices by the netdev they send through, in real sysfs layouts: rxe0 of the
+     * Soft-RoCE guest (ndevs/0 = eth0) and a pod's mlx5_1 (only entries 4-7 populated: net2). */
+    char nd[64];
+    CHECK(fs_datapath_rdma_netdev(FS_FIXTURES "/rxe-qemu/sys", "rxe0", nd, sizeof nd) == 0);
+    CHECK(strcmp(nd, "eth0") == 0);
+    CHECK(fs_datapath_rdma_netdev(FS_FIXTURES "/mlx5-roce-pod-gids", "mlx5_1", nd, sizeof nd) == 0);
+    CHECK(strcmp(nd, "net2") == 0);
+    CHECK(fs_datapath_rdma_netdev(FS_FIXTURES "/rxe-qemu/sys", "rxe9", nd, sizeof nd) == -1);
+    CHECK(fs_datapath_rdma_netdev(FS_FIXTURES "/rxe-qemu/sys", "../rxe0", nd, sizeof nd) == -1);
+
+    /* A list: rxe0 through eth0 (an address here), fabric0 itself, and a name with no network. */
+    struct fake_if two[3];
+    set_if(&two[0], AF_INET, "eth0", "192.168.77.2", "255.255.255.0");
+    set_if(&two[1], AF_INET, "fabric0", "10.201.0.1", "255.255.255.0");
+    set_if(&two[2], AF_INET, "eth1", "192.168.78.2", "255.255.255.0");
+    chain(two, 3);
+    o = cJSON_CreateObject();
+    CHECK(fs_datapath_describe_list("rxe0,fabric0,rxe9", &two[0].ifa, FS_FIXTURES "/rxe-qemu/sys", o) == 2);
+    txt = cJSON_PrintUnformatted(o);
+    CHECK(strcmp(txt, "{\"devices\":[{\"device\":\"rxe0\",\"netdev\":\"eth0\",\"networks\":"
+                      "[\"192.168.77.2/24\"]},{\"device\":\"fabric0\",\"netdev\":\"fabric0\","
+                      "\"networks\":[\"10.201.0.1/24\"]},{\"device\":\"rxe9\"}]}") == 0);
+    cJSON_free(txt);
+    /* Each entry is a hint of its own: the server picks its address on rxe0's network. */
+    CHECK(fs_datapath_pick(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "devices"), 0),
+                           &two[0].ifa, addr, sizeof addr) == 0);
+    CHECK(strcmp(addr, "192.168.77.2") == 0);
+    cJSON_Delete(o);
     return CHECK_DONE();
 }

@@ -125,8 +125,8 @@ def check_engine_args(engine_args: Sequence[str]) -> None:
         from .devices import discover
 
         rdma = [d.name for d in discover().rdma_devices]
-        if device in rdma:
-            return
+        if all(name in rdma for name in device.split(",")):
+            return  # one RDMA device, or several for verbs (its queue pairs spread over them)
         for name in backends():
             if name in ("tcp", "verbs"):
                 continue

@@ -93,3 +93,27 @@ def test_verbs_option_with_another_backend_is_named(verbs_engine: Path) -> None:
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "belongs to backend verbs" in r.stderr
+
+
+@pytest.mark.parametrize("device, extra, text", [
+    ("rxe0,,rxe1", [], "an empty name in the list"),
+    ("rxe0,rxe1,rxe0", [], "names rxe0 twice; for more queue pairs on one device use --qps N"),
+    (",".join(f"d{i}" for i in range(9)), [], "at most 8 devices in one run"),
+    ("rxe0,rxe1", ["--cm"], "--cm with --device rxe0,rxe1"),
+])
+def test_a_device_list_that_cannot_be_honoured_is_refused_before_any_device_is_opened(
+    verbs_engine: Path, device: str, extra: list[str], text: str
+) -> None:
+    """The list is checked before the devices are looked up, so this host (no RDMA) shows it too."""
+    r = subprocess.run([str(verbs_engine), "--peer", "127.0.0.1:9", "--backend", "verbs", "--device", device, *extra],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert text in r.stderr
+
+
+@pytest.mark.parametrize("backend", ["tcp", "ofi"])
+def test_a_device_list_is_refused_by_a_backend_that_runs_on_one(engine: Path, backend: str) -> None:
+    r = subprocess.run([str(engine), "--peer", "127.0.0.1:9", "--backend", backend, "--device", "lo,lo2"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert f"--device lo,lo2 names several devices, and backend {backend} runs on one" in r.stderr

@@ -1168,6 +1168,7 @@ const struct fs_backend_ops fs_backend_ucx = {
     .patterns = FS_BIT(FS_PAT_LAT) | FS_BIT(FS_PAT_BW) | FS_BIT(FS_PAT_BIBW),
     .options = ucx_options,
     .options_size = sizeof(struct ucx_opts),
+    .device_list = 1,
     .check = ucx_check,
     .setup = ucx_setup,
     .local_address = ucx_local_address,

@@ -29,6 +29,10 @@ struct fs_be_ctx {
     /* Server without --device/--bind: its address on the network of the client's --device
      * (datapath.h), where the data endpoint belongs; NULL when the client named none. */
     const char *data_local_addr;
+    /* The same server: the client's whole data_path hint (datapath.h), e.g. the networks of each
+     * device of its --device list, for backends that pair devices by network (verbs). Network
+     * input: anything may be in it. NULL on a client, or with a --device/--bind of our own. */
+    const struct cJSON *data_path;
     int block; /* effective poll mode (1 = block): backends whose wakeup support changes what
                 * the library selects (UCX's WAKEUP feature) must know before they open it */
 };
@@ -41,6 +45,9 @@ struct fs_backend_ops {
     uint32_t patterns; /* FS_BIT(enum fs_pattern) */
     const struct fs_option *options; /* the backend's own rows, or NULL */
     size_t options_size;             /* bytes of the struct those rows write into */
+    /* 1: --device may name several devices, comma-separated (verbs spreads its QPs over them,
+     * ucx passes the list on as UCX_NET_DEVICES); 0: one device, and the core refuses a list. */
+    int device_list;
 
     /* Optional: check this host's names (device, address, port, GID) before any connection is
      * made, so a typo is a usage error even when the peer is missing. */

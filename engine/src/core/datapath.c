@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 /* The address bytes of an AF_INET/AF_INET6 sockaddr, and their count; NULL for anything else. */
 static const uint8_t *addr_bytes(const struct sockaddr *sa, int *family, int *nbytes)
@@ -53,10 +54,9 @@ static int same_prefix(const uint8_t *a, const uint8_t *b, int bits)
     return (a[whole] & mask) == (b[whole] & mask);
 }
 
-int fs_datapath_describe(const char *device, const struct ifaddrs *ifa, cJSON *out)
+/* The networks of `device`'s addresses ("10.201.0.1/24", ...), or NULL when it has none. */
+static cJSON *networks_of(const char *device, const struct ifaddrs *ifa)
 {
-    if (!device || !device[0])
-        return 0;
     cJSON *nets = cJSON_CreateArray();
     int n = 0;
     for (const struct ifaddrs *i = ifa; i && n < FS_DATAPATH_MAX_NETS; i = i->ifa_next) {
@@ -75,11 +75,109 @@ int fs_datapath_describe(const char *device, const struct ifaddrs *ifa, cJSON *o
     }
     if (!n) {
         cJSON_Delete(nets);
-        return 0;
+        return NULL;
     }
+    return nets;
+}
+
+int fs_datapath_describe(const char *device, const struct ifaddrs *ifa, cJSON *out)
+{
+    if (!device || !device[0])
+        return 0;
+    cJSON *nets = networks_of(device, ifa);
+    if (!nets)
+        return 0;
     cJSON_AddStringToObject(out, "device", device);
     cJSON_AddItemToObject(out, "networks", nets);
-    return n;
+    return cJSON_GetArraySize(nets);
+}
+
+int fs_datapath_rdma_netdev(const char *sysfs, const char *rdma, char *netdev, size_t len)
+{
+    if (!rdma[0] || strchr(rdma, '/') || strcmp(rdma, "..") == 0)
+        return -1;
+    /* ports/N/gid_attrs/ndevs/I: the netdev of GID entry I, unreadable when the entry is empty.
+     * Entry 0 (the link-local GID) has it on RoCE; later ones are looked at for robustness. */
+    for (int port = 1; port <= 4; port++) {
+        char path[512], line[64];
+        snprintf(path, sizeof path, "%s/class/infiniband/%s/ports/%d", sysfs, rdma, port);
+        if (access(path, F_OK))
+            break;
+        for (int idx = 0; idx < 16; idx++) {
+            snprintf(path, sizeof path, "%s/class/infiniband/%s/ports/%d/gid_attrs/ndevs/%d",
+                     sysfs, rdma, port, idx);
+            FILE *f = fopen(path, "r");
+            if (!f)
+                continue;
+            char *got = fgets(line, sizeof line, f);
+            fclose(f);
+            if (!got)
+                continue;
+            line[strcspn(line, "\n")] = '\0';
+            if (line[0] && strlen(line) < len) {
+                snprintf(netdev, len, "%s", line);
+                return 0;
+            }
+        }
+    }
+    return -1;
+}
+
+static int is_netdev(const char *name, const struct ifaddrs *ifa)
+{
+    for (const struct ifaddrs *i = ifa; i; i = i->ifa_next)
+        if (i->ifa_name && strcmp(i->ifa_name, name) == 0)
+            return 1;
+    return 0;
+}
+
+int fs_datapath_describe_list(const char *list, const struct ifaddrs *ifa, const char *sysfs,
+                              cJSON *out)
+{
+    if (!list || !list[0])
+        return 0;
+    cJSON *devs = cJSON_CreateArray();
+    int with_nets = 0;
+    for (const char *p = list; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        char name[64], netdev[64] = "";
+        if (n && n < sizeof name) {
+            memcpy(name, p, n);
+            name[n] = '\0';
+            cJSON *d = cJSON_CreateObject();
+            cJSON_AddStringToObject(d, "device", name);
+            if (is_netdev(name, ifa))
+                snprintf(netdev, sizeof netdev, "%s", name);
+            else
+                fs_datapath_rdma_netdev(sysfs, name, netdev, sizeof netdev);
+            cJSON *nets = netdev[0] ? networks_of(netdev, ifa) : NULL;
+            if (netdev[0])
+                cJSON_AddStringToObject(d, "netdev", netdev);
+            if (nets) {
+                cJSON_AddItemToObject(d, "networks", nets);
+                with_nets++;
+            }
+            cJSON_AddItemToArray(devs, d);
+        }
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    cJSON_AddItemToObject(out, "devices", devs);
+    return with_nets;
+}
+
+const char *fs_datapath_owner(const struct ifaddrs *ifa, const char *addr)
+{
+    for (const struct ifaddrs *i = ifa; i; i = i->ifa_next) {
+        int fam, nb;
+        char txt[INET6_ADDRSTRLEN];
+        const uint8_t *a = addr_bytes(i->ifa_addr, &fam, &nb);
+        if (a && inet_ntop(fam, a, txt, sizeof txt) && strcmp(txt, addr) == 0)
+            return i->ifa_name;
+    }
+    return NULL;
 }
 
 /* "10.201.0.1/24" -> family, address bytes, prefix bits. -1 if it is not that. */

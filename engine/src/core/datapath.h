@@ -21,6 +21,21 @@ struct ifaddrs;
  * Returns the number of networks added (0: not a netdev or no address, nothing useful to say). */
 int fs_datapath_describe(const char *device, const struct ifaddrs *ifa, struct cJSON *out);
 
+/* Client, for devices that are not netdevs themselves (verbs --device rxe0,rxe1): adds
+ * "devices": [{"device": "rxe0", "netdev": "eth0", "networks": [...]}, ...] to `out`, one entry
+ * per comma-separated name in `list`, in its order. A name that is a netdev here is its own; an
+ * RDMA device's is the netdev its port sends through (`sysfs`/class/infiniband/NAME/ports/N/
+ * gid_attrs/ndevs/I; `sysfs` is "/sys" but for tests). An entry without networks says the name
+ * has no IP network here. Returns the number of entries with networks. */
+int fs_datapath_describe_list(const char *list, const struct ifaddrs *ifa, const char *sysfs,
+                              struct cJSON *out);
+
+/* The netdev an RDMA device's port sends through (see above); 0 when found. */
+int fs_datapath_rdma_netdev(const char *sysfs, const char *rdma, char *netdev, size_t len);
+
+/* The name of the interface in `ifa` holding the numeric address `addr`, or NULL. */
+const char *fs_datapath_owner(const struct ifaddrs *ifa, const char *addr);
+
 /* Server: the first address in `ifa` inside one of the hint's networks, as numeric text.
  * Returns 0 when found, -1 otherwise (no hint, a malformed hint, or no address of ours on those
  * networks). The hint is network input: anything is tolerated. */

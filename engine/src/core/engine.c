@@ -128,6 +128,12 @@ int fs_run_validate(struct fs_run *r, struct fs_err *err)
                        r->spec.pattern, r->bops->name, list);
     }
     r->pat = (enum fs_pattern)pat;
+    if (!r->backend_by_peer && strchr(r->spec.device, ',') && !r->bops->device_list)
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "--device %s names several devices, and backend %s runs on one; measure "
+                       "one device per run, or use --backend verbs (QPs spread over the devices) "
+                       "or --backend ucx (the list is its UCX_NET_DEVICES)",
+                       r->spec.device, r->bops->name);
     if (r->spec.sizes.n == 0) {
         r->spec.sizes.n = 1;
         r->spec.sizes.v[0] = fs_ops[op].fixed_size ? (uint64_t)fs_ops[op].fixed_size
@@ -153,7 +159,7 @@ int fs_run_validate(struct fs_run *r, struct fs_err *err)
     else
         r->block = strcmp(r->spec.poll, "block") == 0;
     r->timeout_ns = (uint64_t)(r->spec.timeout * 1e9);
-    if (r->bops->check && r->bops->check(&r->spec, r->bopts, err)) {
+    if (!r->backend_by_peer && r->bops->check && r->bops->check(&r->spec, r->bopts, err)) {
         if (!err->code)
             err->code = FS_EXIT_USAGE;
         return -1;
@@ -186,7 +192,8 @@ static uint64_t max_size(const struct fs_run *r)
     return m;
 }
 
-static int backend_setup(struct fs_run *r, struct fs_err *err)
+/* hint: the client's data_path (server only), for a server with no --device/--bind. */
+static int backend_setup(struct fs_run *r, const cJSON *hint, struct fs_err *err)
 {
     fs_sock_addrs(r->ctl.fd, r->ctl_local, sizeof r->ctl_local, r->ctl_peer, sizeof r->ctl_peer);
     struct fs_be_ctx ctx = {.spec = &r->spec,
@@ -196,6 +203,7 @@ static int backend_setup(struct fs_run *r, struct fs_err *err)
                             .ctl_local_addr = r->ctl_local,
                             .ctl_peer_addr = r->ctl_peer,
                             .data_local_addr = r->data_local[0] ? r->data_local : NULL,
+                            .data_path = r->spec.device[0] || r->spec.bind[0] ? NULL : hint,
                             .block = r->block};
     if (r->bops->setup(&ctx, &r->be, err)) {
         if (!err->code)
@@ -321,11 +329,13 @@ int fs_run_server(struct fs_run *r, struct fs_err *err)
         fs_fail(err, FS_EXIT_PEER, "protocol error: 'config' lacks core/backend settings");
         goto fail;
     }
+    r->backend_by_peer = 0;
     if (fs_opt_apply_wire(&r->core_set, core, err) || fs_run_select_backend(r, err) ||
         fs_opt_apply_wire(&r->be_set, beo, err) || fs_run_validate(r, err))
         goto fail;
-    server_data_path(r, cJSON_GetObjectItemCaseSensitive(m, "data_path"));
-    if (backend_setup(r, err))
+    const cJSON *hint = cJSON_GetObjectItemCaseSensitive(m, "data_path");
+    server_data_path(r, hint);
+    if (backend_setup(r, hint, err))
         goto fail;
     cJSON_Delete(m);
     m = NULL;
@@ -391,7 +401,12 @@ static void client_data_path(const struct fs_run *r, cJSON *config)
     if (!r->spec.device[0] || getifaddrs(&ifa))
         return;
     cJSON *dp = cJSON_CreateObject();
-    if (fs_datapath_describe(r->spec.device, ifa, dp) > 0)
+    /* "device"/"networks" for a netdev (tcp, libfabric); "devices" for each name of the list,
+     * RDMA devices by the netdev they send through (verbs: the server pairs its devices by
+     * network). */
+    int said = fs_datapath_describe(r->spec.device, ifa, dp);
+    said += fs_datapath_describe_list(r->spec.device, ifa, "/sys", dp);
+    if (said > 0)
         cJSON_AddItemToObject(config, "data_path", dp);
     else
         cJSON_Delete(dp);
@@ -412,7 +427,7 @@ int fs_run_client(struct fs_run *r, struct fs_out *out, struct fs_err *err)
     int rc = fs_ctl_send(&r->ctl, m, timeout_ms(r), err);
     cJSON_Delete(m);
     m = NULL;
-    if (rc || backend_setup(r, err) || connect_from(r, "ready", err) ||
+    if (rc || backend_setup(r, NULL, err) || connect_from(r, "ready", err) ||
         send_address(r, "connect", err))
         goto fail;
     cJSON *connected = NULL;

@@ -219,6 +219,7 @@ int main(int argc, char **argv)
     /* A client's refusal is also a fabscope.error/1 record on stdout, as every later failure is,
      * so the front end reads one stream; a server's stdout carries only its listening event. */
     struct fs_out *client_out = (r->spec.peer[0] || r->spec.peer_fd >= 0) ? &out : NULL;
+    r->backend_by_peer = !client_out;
     if (fs_run_select_backend(r, &err) || fs_run_validate(r, &err))
         return finish(r, client_out, &err, -1);
     fs_sysinfo_read(&r->si);

@@ -211,19 +211,26 @@ static void add_intervals(cJSON *rec, const struct fs_run *r, uint64_t size,
  * "flows": [{"completed": N, ...}], N = operations completed at this initiator in the measured
  * phase. Each gets its rate over the initiator's span, so the flows add up to the sender's view
  * (for RC one-sided operations, a completion is the target's acknowledgement). */
-static void add_flow_rates(cJSON *local, uint64_t size, const struct fs_side_view *mine)
+static void add_rates(cJSON *list, uint64_t size, const struct fs_side_view *mine)
 {
-    cJSON *flows = cJSON_GetObjectItemCaseSensitive(local, "flows");
     cJSON *f;
-    if (!cJSON_IsArray(flows) || !mine->tx_span_ns)
+    if (!cJSON_IsArray(list) || !mine->tx_span_ns)
         return;
-    cJSON_ArrayForEach(f, flows)
+    cJSON_ArrayForEach(f, list)
     {
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(f, "completed");
         if (cJSON_IsNumber(n))
             cJSON_AddNumberToObject(f, "bandwidth_gbps",
                                     r6(n->valuedouble * (double)size * 8.0 / (double)mine->tx_span_ns));
     }
+}
+
+/* ... and a backend running several devices (verbs --device A,B) lists them as "devices", each
+ * with the operations its flows completed: each device's share of the bandwidth. */
+static void add_flow_rates(cJSON *local, uint64_t size, const struct fs_side_view *mine)
+{
+    add_rates(cJSON_GetObjectItemCaseSensitive(local, "flows"), size, mine);
+    add_rates(cJSON_GetObjectItemCaseSensitive(local, "devices"), size, mine);
 }
 
 int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struct fs_side_view *mine,

@@ -41,6 +41,9 @@ struct fs_run {
     struct fs_opt_set core_set, be_set;
     struct fs_ctl ctl;
     int is_server;
+    /* A server before the client's config: the backend is not chosen yet, so its names
+     * (--device) are checked once it is (serve checks them against every backend at start). */
+    int backend_by_peer;
     enum fs_op op;
     enum fs_pattern pat;
     int block; /* effective poll mode */

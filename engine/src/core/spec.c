@@ -45,7 +45,9 @@ const struct fs_option fs_core_options[] = {
     {"timeout", FS_OPT_DOUBLE, O(timeout), S(timeout), 0.1, 3600, "10", NULL,
      "seconds without progress before a peer counts as gone", FS_OPTF_LOCAL},
     {"device", FS_OPT_STR, O(device), S(device), 0, 0, NULL, NULL,
-     "device to use on this host (netdev for tcp; RDMA device for verbs)", FS_OPTF_LOCAL},
+     "device to use on this host (netdev for tcp; RDMA device for verbs, where A,B spreads the "
+     "queue pairs over several; a UCX_NET_DEVICES list for ucx)",
+     FS_OPTF_LOCAL},
     {"bind", FS_OPT_STR, O(bind), S(bind), 0, 0, NULL, NULL,
      "local address for the data connection on this host", FS_OPTF_LOCAL},
     {"peer", FS_OPT_STR, O(peer), S(peer), 0, 0, NULL, NULL,

@@ -83,6 +83,36 @@ def _path_lines(results: list[Result]) -> list[str]:
     return [f"# {render_path_text(results[-1].path.raw)}"] if results else []
 
 
+#: A device below this fraction of the fastest one's rate is called a slow rail.
+SLOW_RAIL = 0.5
+
+
+def flow_lines(results: Sequence[Result]) -> list[str]:
+    """Per device and per QP, when a size moved over several (verbs --qps N, --device A,B): the
+    aggregate in the table, the parts here, so one slow rail or QP shows."""
+    out = []
+    for r in results:
+        flows = [f for f in r.transport.flows if f.gbps is not None]
+        if len(flows) < 2:
+            continue
+        devices: dict[str, float] = {}
+        for f in flows:
+            devices[f.device or "?"] = devices.get(f.device or "?", 0.0) + (f.gbps or 0.0)
+        parts = [f"{f.device or '?'} QPN {f.qpn} {f.gbps:.3f}" for f in flows]
+        line = f"# flows ({r.size} B, Gb/s): " + ", ".join(parts)
+        if len(devices) > 1:
+            line += "; per device: " + ", ".join(f"{d} {g:.3f}" for d, g in devices.items())
+        out.append(line)
+        fastest = max(devices, key=lambda d: devices[d])
+        for dev, gbps in devices.items():
+            if gbps < SLOW_RAIL * devices[fastest]:
+                out.append(f"# warning ({r.size} B): {dev} ran at {gbps:.3f} Gb/s, {gbps / devices[fastest]:.0%} of "
+                           f"{fastest}'s {devices[fastest]:.3f}: a slow rail (each device keeps its share of the "
+                           "window in flight, so a slower one completes fewer); check its link rate, errors and "
+                           "the peer's port")
+    return out
+
+
 def no_effect_lines(results: Sequence[Result]) -> list[str]:
     """Settings the transport reported it ignored, each once (text, Markdown and CSV show them)."""
     lines = [s for r in results for s in r.settings_without_effect]
@@ -102,6 +132,7 @@ def render_text(results: Sequence[Result]) -> str:
                     seen.add(msg)
                     out.append(msg)
         out += [f"# setting had no effect: {line}" for line in no_effect_lines(recs)]
+        out += flow_lines(recs)
         out += _path_lines(recs)
         note = idle_note(recs[0])
         if note:

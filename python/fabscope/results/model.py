@@ -27,6 +27,7 @@ __all__ = [
     "RESULT_SCHEMA",
     "RESULT_VERSION",
     "Bandwidth",
+    "Flow",
     "HostInfo",
     "Latency",
     "PathVerdict",
@@ -195,6 +196,38 @@ class HostInfo:
 
 
 @dataclass(frozen=True)
+class Flow:
+    """One flow of a run that moved data over several (verbs: a QP, with its device), and its rate
+    at this initiator (``None`` where this side only received)."""
+
+    device: str | None
+    qpn: int | None
+    completed: int
+    received: int
+    gbps: float | None
+
+    @staticmethod
+    def parse_all(local: Mapping[str, Any]) -> tuple[Flow, ...]:
+        flows = local.get("flows")
+        if not isinstance(flows, list):
+            return ()
+        out = []
+        for f in flows:
+            if not isinstance(f, Mapping):
+                continue
+            qpn, done, got, bw = f.get("qpn"), f.get("completed"), f.get("received"), f.get("bandwidth_gbps")
+            out.append(Flow(
+                device=f.get("device") if isinstance(f.get("device"), str) else local.get("device")
+                if isinstance(local.get("device"), str) else None,
+                qpn=qpn if isinstance(qpn, int) else None,
+                completed=int(done) if isinstance(done, (int, float)) else 0,
+                received=int(got) if isinstance(got, (int, float)) else 0,
+                gbps=float(bw) if isinstance(bw, (int, float)) and done else None,
+            ))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
 class TransportSummary:
     """What the backend reported carried the run: ``carried_by`` is one phrase for tables."""
 
@@ -219,6 +252,11 @@ class TransportSummary:
     def label(self) -> str:
         """The transport part of a comparison case (what carried it, as the backend says)."""
         return self.carried_by
+
+    @property
+    def flows(self) -> tuple[Flow, ...]:
+        """This side's flows (verbs QPs, ``--qps``/``--device A,B``), in the backend's order."""
+        return Flow.parse_all(self.local)
 
 
 def carried_by(local: Mapping[str, Any]) -> str:

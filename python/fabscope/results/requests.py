@@ -191,7 +191,8 @@ def resolve_request(record: Mapping[str, Any]) -> tuple[Request | None, str | No
     config = config if isinstance(config, Mapping) else {}
     device = config.get("device")
     if isinstance(device, str) and device:
-        return Request((device,), "device"), None
+        # A list (verbs --device rxe0,rxe1 spreads its queue pairs; ucx takes UCX_NET_DEVICES).
+        return Request(_device_names(device) or (device,), "device"), None
     bind = config.get("bind")
     if not isinstance(bind, str) or not bind:
         return _from_settings(record)

@@ -42,7 +42,10 @@ The rules that follow from that:
   counted twice.  (That is a lower bound when mlx5 carries RoCE and TCP at
   once; the verdict only needs a lower bound.)
 * A request naming several devices (``UCX_NET_DEVICES=eth0,eth1``) is satisfied by their links
-  together.
+  together.  When the engine itself spread the operations over them and says how many each
+  carried (verbs ``--device rxe0,rxe1``: ``transport.local.devices[].completed/received``),
+  each device must also count its own share: bytes of rxe1's queue pairs that left through
+  rxe0's link are a misroute, even though the two together carried everything.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from .deltas import DeviceDelta, as_count, counter_deltas
 from .pathtext import format_bytes, pct, summary
 from .requests import Request, local_transport, parse_ip, resolve_request, split_host_port
 
-__all__ = ["PATH_SCHEMA", "THRESHOLD", "expected_payload_bytes", "settings_without_effect", "verdict"]
+__all__ = ["PATH_SCHEMA", "THRESHOLD", "device_shares", "expected_payload_bytes", "settings_without_effect", "verdict"]
 
 PATH_SCHEMA = 1
 
@@ -197,12 +200,60 @@ def _device_table(
     return table
 
 
+def _members_bytes(members: Iterable[str], deltas: Mapping[str, DeviceDelta]) -> tuple[int | None, str | None]:
+    """Bytes the members counted (one link counts the same bytes: its largest count; separate
+    links add up) and the member that counted the most, or (None, None) when none counts bytes."""
+    total: int | None = None
+    by: str | None = None
+    best = -1
+    for group in _links(members, deltas):
+        counted = [(deltas[n].bytes, n) for n in group if deltas[n].bytes is not None]
+        if not counted:
+            continue
+        b, n = max(counted, key=lambda t: (t[0] or 0, t[1]))
+        total = (total or 0) + (b or 0)
+        if (b or 0) > best:
+            best, by = b or 0, n
+    return total, by
+
+
+def device_shares(record: Mapping[str, Any]) -> dict[str, float] | None:
+    """Each device's share of the operations when the engine spread them over several devices
+    (verbs ``--device A,B``), from its own per-device counts; None otherwise."""
+    devices = local_transport(record).get("devices")
+    if not isinstance(devices, list) or len(devices) < 2:
+        return None
+    counts: dict[str, int] = {}
+    for d in devices:
+        if isinstance(d, Mapping) and isinstance(d.get("device"), str):
+            counts[d["device"]] = (as_count(d.get("completed")) or 0) + (as_count(d.get("received")) or 0)
+    total = sum(counts.values())
+    return {name: n / total for name, n in counts.items()} if total else None
+
+
+def _short_devices(
+    request: Request, deltas: Mapping[str, DeviceDelta], expected: int, shares: Mapping[str, float]
+) -> list[tuple[str, int, int]]:
+    """(device, bytes counted, bytes of its share) for each requested device below its share."""
+    short = []
+    for name in request.names:
+        share = shares.get(name)
+        if share is None:
+            continue
+        found, _ = _request_members(name, deltas)
+        got = _members_bytes(found, deltas)[0] or 0
+        if got < THRESHOLD * expected * share:
+            short.append((name, got, round(expected * share)))
+    return short
+
+
 def _judge_side(
     label: str,
     side: Mapping[str, Any],
     request: Request | None,
     expected: int | None,
     peer_local_reason: str | None,
+    shares: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     deltas = counter_deltas(side)
     host = side.get("host") if isinstance(side.get("host"), str) else label
@@ -235,18 +286,7 @@ def _judge_side(
         key=lambda t: (-t[0], t[1]),
     )
 
-    # Members of one link count the same bytes (largest count); separate links add up.
-    req_bytes: int | None = None
-    req_by: str | None = None
-    best = -1
-    for group in _links(members, deltas):
-        counted = [(deltas[n].bytes, n) for n in group if deltas[n].bytes is not None]
-        if not counted:
-            continue
-        b, n = max(counted, key=lambda t: (t[0] or 0, t[1]))
-        req_bytes = (req_bytes or 0) + (b or 0)
-        if (b or 0) > best:
-            best, req_by = b or 0, n
+    req_bytes, req_by = _members_bytes(members, deltas)
 
     result: dict[str, Any] = {
         "host": host,
@@ -275,6 +315,17 @@ def _judge_side(
             if req_bytes is not None and expected
             else None,
         }
+
+    if request is not None and shares and len(request.names) > 1:
+        per_device: dict[str, Any] = {}
+        for name in request.names:
+            found, _ = _request_members(name, deltas)
+            per_device[name] = {
+                "bytes": _members_bytes(found, deltas)[0],
+                "share_of_operations": round(shares.get(name, 0.0), 4),
+                "expected_bytes": round(expected * shares.get(name, 0.0)) if expected else None,
+            }
+        result["requested"]["per_device"] = per_device
 
     def done(
         v: str, reason: str | None, carrier_list: list[tuple[int, str]] | None = None
@@ -312,6 +363,19 @@ def _judge_side(
             )
 
     need = THRESHOLD * expected
+    short = _short_devices(request, deltas, expected, shares) if shares and len(request.names) > 1 else []
+    if req_bytes is not None and req_bytes >= need and short:
+        # Together they carried it, so what one device's queue pairs sent left through another.
+        return done(
+            "misrouted",
+            "; ".join(
+                f"{n} counted {format_bytes(got)} on {host}, below its share of {format_bytes(want)} "
+                f"(its queue pairs carried {pct(shares[n] if shares else 0)} of the operations)"
+                for n, got, want in short
+            )
+            + f"; the devices together counted {format_bytes(req_bytes)}, so the rest left through another of them",
+            [(req_bytes, req_by or request.name)] + carriers[: _TOP_N - 1],
+        )
     if req_bytes is not None and req_bytes >= need:
         return done(
             "verified",
@@ -401,11 +465,12 @@ def verdict(record: Mapping[str, Any]) -> dict[str, Any]:
         path["notes"].append(expected_why)
 
     loc_reason = _peer_local_reason(record)
+    shares = device_shares(record)
     sides: dict[str, dict[str, Any] | None] = {}
     for label in ("local", "peer"):
         side = counters.get(label)
         if isinstance(side, Mapping) and (side.get("net") or side.get("rdma")):
-            sides[label] = _judge_side(label, side, request, expected, loc_reason)
+            sides[label] = _judge_side(label, side, request, expected, loc_reason, shares)
         else:
             sides[label] = None
     path["sides"] = sides

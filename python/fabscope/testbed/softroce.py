@@ -127,6 +127,8 @@ POWEROFF_GRACE_S = 20.0
 DEFAULT_SERVER_CMD: tuple[str, ...] = ("fabscope", "serve", "--bind", "0.0.0.0", "--insecure-no-auth")
 ENGINE_REL_PATH = "build/engine/fabscope-engine"
 SUBNET = "192.168.77"
+#: The second link's subnet (``links=2``): eth1 and the second RDMA device (rxe1/siw1).
+SUBNET2 = "192.168.78"
 GUEST_MEMORY_MB = 1024
 CONSOLE_TAIL_LINES = 40
 BUILD_TIMEOUT_S = 1800.0
@@ -918,7 +920,7 @@ def _link_pair() -> tuple[socket.socket, socket.socket]:
 def _write_control_dir(
     ctl: Path, *, nonce: str, role: str, addr: str, peer: str, hosts: str, cmd: Sequence[str],
     rdma: str, wait_go: bool, keep_alive: bool, go_timeout_s: float, siw_ko: Path | None,
-    extra_files: dict[str, Path],
+    extra_files: dict[str, Path], addr2: str = "",
 ) -> None:
     ctl.mkdir(parents=True)
     shutil.copyfile(GUEST_DIR / "init.sh", ctl / "init.sh")
@@ -927,6 +929,7 @@ def _write_control_dir(
         "FS_ROLE": role,
         "FS_HOSTNAME": role if role != "single" else "softroce",
         "FS_ADDR": addr,
+        "FS_ADDR2": addr2,
         "FS_PEER_ADDR": peer,
         "FS_RDMA": rdma,
         "FS_WAIT_GO": "1" if wait_go else "0",
@@ -945,8 +948,9 @@ def _write_control_dir(
 
 
 def _qemu_argv(
-    qemu: str, img: Image, repo: Path, ctl: Path, out: Path, netdev: str, mac: str
+    qemu: str, img: Image, repo: Path, ctl: Path, out: Path, nics: Sequence[tuple[str, str]]
 ) -> list[str]:
+    """``nics``: (qemu -netdev spec without its id, MAC) per NIC: eth0, eth1, ..."""
     accel = os.environ.get("FABSCOPE_QEMU_ACCEL", "tcg")
     # quiet: the console carries the command's output. panic=-1 with qemu's
     # -no-reboot: if init dies, qemu exits at once instead of hanging until the
@@ -978,7 +982,8 @@ def _qemu_argv(
         *share(repo, "fabscope", True),
         *share(ctl, "fsctl", False),
         *share(out, "fsout", False),
-        "-netdev", netdev, "-device", f"virtio-net-pci,netdev=n0,mac={mac}",
+        *(arg for i, (netdev, mac) in enumerate(nics)
+          for arg in ("-netdev", f"{netdev},id=n{i}", "-device", f"virtio-net-pci,netdev=n{i},mac={mac}")),
     ]
 
 
@@ -1008,6 +1013,7 @@ def run(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
     extra_files: dict[str, Path] | None = None,
+    links: int = 1,
 ) -> int:
     """Boot the guest(s), run ``cmd`` inside, print its output, return its exit status.
 
@@ -1023,6 +1029,11 @@ def run(
     (192.168.77.2) runs ``cmd`` once the server has had a head start. Their
     only link is a pair of connected Unix datagram sockets (see :func:`_link_pair`).
 
+    ``links=2`` gives each guest a second NIC, eth1 on its own link (a second
+    socket pair; a second hub for one guest) in ``SUBNET2`` (.1 server, .2
+    client), with a second RDMA device on it (``rxe1``/``siw1``): two rails,
+    for ``--device rxe0,rxe1``. ``FABSCOPE_RDMA_DEVS`` in the guest lists them.
+
     ``timeout_s`` bounds the whole run from the first qemu start; on expiry
     the guests are killed and :class:`SoftRoceTimeout` is raised. Testbed
     failures raise :class:`SoftRoceError`; both carry the console's last lines.
@@ -1031,6 +1042,8 @@ def run(
         raise SoftRoceError("no command given: usage `fabscope testbed softroce run [options] -- CMD...`")
     if timeout_s <= 0:
         raise SoftRoceError(f"timeout must be positive, got {timeout_s}")
+    if links not in (1, 2):
+        raise SoftRoceError(f"links must be 1 or 2, got {links}")
     out_stream = stdout if stdout is not None else sys.stdout
     err_stream = stderr if stderr is not None else sys.stderr
     qemu = _need_tool("qemu-system-x86_64", "boot the Soft-RoCE guest (package qemu-system-x86)")
@@ -1057,10 +1070,12 @@ def run(
                 guest.ctl, nonce=nonce, role="single", addr=addr, peer=addr,
                 hosts=f"127.0.0.1 localhost\n{addr} softroce peer\n", cmd=cmd, rdma=rdma,
                 wait_go=False, keep_alive=False, go_timeout_s=timeout_s, siw_ko=siw_ko, extra_files=extras,
+                addr2=f"{SUBNET2}.1" if links == 2 else "",
             )
             # A hub with only this NIC on it: eth0 exists and has carrier, and
             # no packet can leave the guest (rxe loops its own traffic back).
-            argv = _qemu_argv(qemu, img, repo, guest.ctl, out, "hubport,id=n0,hubid=0", "52:54:00:77:00:01")
+            nics = [(f"hubport,hubid={i}", f"52:54:00:{77 + i}:00:01") for i in range(links)]
+            argv = _qemu_argv(qemu, img, repo, guest.ctl, out, nics)
             guests.append(guest)
             _start(guest, argv)
             rc = _wait_client(guest, None, deadline, timeout_s, cmd)
@@ -1073,22 +1088,29 @@ def run(
                 server.ctl, nonce=nonce, role="server", addr=f"{SUBNET}.1", peer=f"{SUBNET}.2",
                 hosts=hosts + f"{SUBNET}.2 peer\n", cmd=server_argv_cmd, rdma=rdma, wait_go=False,
                 keep_alive=True, go_timeout_s=timeout_s, siw_ko=siw_ko, extra_files=extras,
+                addr2=f"{SUBNET2}.1" if links == 2 else "",
             )
             _write_control_dir(
                 client.ctl, nonce=nonce, role="client", addr=f"{SUBNET}.2", peer=f"{SUBNET}.1",
                 hosts=hosts + f"{SUBNET}.1 peer\n", cmd=cmd, rdma=rdma, wait_go=True,
                 keep_alive=False, go_timeout_s=timeout_s, siw_ko=siw_ko, extra_files=extras,
+                addr2=f"{SUBNET2}.2" if links == 2 else "",
             )
             (out / "server").mkdir(exist_ok=True)
             (out / "client").mkdir(exist_ok=True)
-            server_end, client_end = _link_pair()
-            with server_end, client_end:
-                for guest, end, mac in ((server, server_end, "52:54:00:77:00:01"),
-                                        (client, client_end, "52:54:00:77:00:02")):
+            pairs = [_link_pair() for _ in range(links)]
+            try:
+                for side, guest in enumerate((server, client)):
                     guests.append(guest)
-                    netdev = f"dgram,id=n0,local.type=fd,local.str={end.fileno()}"
-                    _start(guest, _qemu_argv(qemu, img, repo, guest.ctl, out / guest.name, netdev, mac),
-                           pass_fds=(end.fileno(),))
+                    ends = [pair[side] for pair in pairs]
+                    nics = [(f"dgram,local.type=fd,local.str={end.fileno()}", f"52:54:00:{77 + i}:00:0{side + 1}")
+                            for i, end in enumerate(ends)]
+                    _start(guest, _qemu_argv(qemu, img, repo, guest.ctl, out / guest.name, nics),
+                           pass_fds=[end.fileno() for end in ends])
+            finally:
+                for pair in pairs:
+                    for end in pair:
+                        end.close()
             rc = _wait_client(client, server, deadline, timeout_s, cmd)
             srv_rc = server.rc_from_ctl()
             if srv_rc not in (None, 0):
@@ -1305,6 +1327,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--two-guests", action="store_true",
                    help="server guest + client guest joined by a datagram link (a Unix socket pair)")
     r.add_argument("--siw", action="store_true", help="siw0 (soft iWARP) instead of rxe0")
+    r.add_argument("--links", type=int, choices=(1, 2), default=1,
+                   help=f"2: a second NIC per guest (eth1, {SUBNET2}.0/24) with its own RDMA device "
+                        "(rxe1), on its own link: two rails for --device rxe0,rxe1 (default 1)")
     r.add_argument("--timeout", type=argtypes.finite_float(1, 86400), default=DEFAULT_TIMEOUT_S, metavar="S",
                    help=f"kill the guest(s) and fail after S seconds (default {DEFAULT_TIMEOUT_S:g})")
     r.add_argument("--server-cmd", default=None, metavar="'CMD ARGS'", type=_shell_words,
@@ -1354,7 +1379,7 @@ def main(argv: list[str] | None = None, parse_only: bool = False) -> int:
                 cmd = cmd[1:]
             server_cmd: list[str] | None = args.server_cmd
             return run(cmd, two_guests=args.two_guests, siw=args.siw, timeout_s=args.timeout,
-                       server_cmd=server_cmd, cache_dir=cache, out_dir=args.out)
+                       server_cmd=server_cmd, cache_dir=cache, out_dir=args.out, links=args.links)
         if args.action == "capture-sysfs":
             dest = args.dest or repo_root() / "tests/fixtures/sysfs/rxe-qemu"
             print(capture_sysfs(dest, cache_dir=cache))

@@ -72,6 +72,12 @@ wait_for 10 test -e /sys/class/net/eth0 || fail "no eth0 10 s after loading virt
 ip link set lo up
 ip addr add "$FS_ADDR/24" dev eth0 || fail "cannot add $FS_ADDR/24 to eth0"
 ip link set eth0 up || fail "cannot bring eth0 up"
+if [ -n "${FS_ADDR2:-}" ]; then
+    # A second rail: eth1 on its own link and subnet, with its own RDMA device below.
+    wait_for 10 test -e /sys/class/net/eth1 || fail "no eth1 10 s after loading virtio_net (FS_ADDR2 is set)"
+    ip addr add "$FS_ADDR2/24" dev eth1 || fail "cannot add $FS_ADDR2/24 to eth1"
+    ip link set eth1 up || fail "cannot bring eth1 up"
+fi
 say "stage:network"
 
 case "$FS_RDMA" in
@@ -84,9 +90,17 @@ case "$FS_RDMA" in
         rdma link add siw0 type siw netdev eth0 || fail "rdma link add siw0 type siw netdev eth0 failed"
         dev=siw0 ;;
 esac
-port_active() { grep -q ACTIVE "/sys/class/infiniband/$dev/ports/1/state"; }
-wait_for 15 port_active || fail "$dev port 1 not ACTIVE after 15 s: $(cat /sys/class/infiniband/$dev/ports/1/state)"
-say "stage:rdma:$dev"
+devs=$dev
+if [ -n "${FS_ADDR2:-}" ]; then
+    dev2=${dev%0}1
+    rdma link add "$dev2" type "$FS_RDMA" netdev eth1 || fail "rdma link add $dev2 type $FS_RDMA netdev eth1 failed"
+    devs="$dev,$dev2"
+fi
+for d in $(echo "$devs" | tr , ' '); do
+    port_active() { grep -q ACTIVE "/sys/class/infiniband/$d/ports/1/state"; }
+    wait_for 15 port_active || fail "$d port 1 not ACTIVE after 15 s: $(cat /sys/class/infiniband/$d/ports/1/state)"
+done
+say "stage:rdma:$devs"
 
 # fabscope on PATH, running the host's code from the read-only share.
 cat > /usr/local/bin/fabscope <<'EOF'
@@ -108,7 +122,7 @@ EOF
 chmod 0755 /usr/local/bin/fabscope /usr/local/bin/fabscope-engine
 export FABSCOPE_ENGINE="/fabscope/$FS_ENGINE"
 export FABSCOPE_TESTBED=softroce FABSCOPE_ROLE="$FS_ROLE" FABSCOPE_PEER="$FS_PEER_ADDR"
-export FABSCOPE_RDMA_DEV="$dev" FABSCOPE_OUT=/out
+export FABSCOPE_RDMA_DEV="$dev" FABSCOPE_RDMA_DEVS="$devs" FABSCOPE_OUT=/out
 export PYTHONDONTWRITEBYTECODE=1
 
 say "ready:$(cut -d' ' -f1 /proc/uptime)"
