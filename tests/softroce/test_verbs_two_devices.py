@@ -31,6 +31,8 @@ CASES = {
     "read-bw": "--op read --pattern bw --sizes 64K --iters 500",
     "send-lat": "--op send --pattern lat --sizes 64 --iters 200",
     "write-lat": "--op write --pattern lat --sizes 64 --iters 200",
+    # every payload byte checked, each device against its own sequence
+    "send-lat-verify": "--op send --pattern lat --sizes 3000 --iters 100 --verify",
 }
 # Against a second serve in the server guest that was given no --device (port 18516): it pairs
 # its devices with the client's by network, whatever their names and order.
