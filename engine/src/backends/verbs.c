@@ -120,8 +120,14 @@ struct vb_qp {
     uint64_t unsig_ops;    /* core operations posted unsignaled since the last signaled WR */
     uint64_t sig_inflight; /* signaled WRs not completed yet */
     uint64_t slots;        /* send queue entries in use */
-    uint64_t done_ops;     /* this phase: core operations completed on this QP */
-    uint64_t rx_msgs;      /* this phase: messages received on this QP */
+    uint64_t posted_ops;   /* core operations ever posted on this QP */
+    uint64_t completed_ops; /* core operations ever completed on this QP */
+    /* posted_ops when this phase began. A send queue completes in order, so the first
+     * completions after a phase begins may still be the previous phase's (a ping-pong ends a
+     * sample when the answer arrives, not when its own request completes): the phase's count
+     * starts past them. */
+    uint64_t phase_first_op;
+    uint64_t rx_msgs; /* this phase: messages received on this QP */
 };
 
 struct vb {
@@ -1704,6 +1710,7 @@ static int vb_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
         q->unsig_ops++;
     }
     q->slots++;
+    q->posted_ops++;
     v->unreported++;
     v->tx_seq++;
     v->rr++;
@@ -1756,7 +1763,7 @@ static int poll_cq(struct vb *v, struct fs_events *ev, int *got, struct fs_err *
         uint64_t ops = WR_OPS(wc[i].wr_id);
         q->slots -= ops + ((wc[i].wr_id & WR_FLUSH) ? 1 : 0);
         q->sig_inflight--;
-        q->done_ops += ops;
+        q->completed_ops += ops;
         v->unreported -= ops;
         ev->tx_done += ops;
         if (v->o.verify && v->op == FS_OP_READ) {
@@ -1781,6 +1788,8 @@ static int progress_now(struct vb *v, struct fs_events *ev, int *got, struct fs_
             if (v->o.verify && check_pat(v->buf + v->rx_off, v->size - 1, v->rx_seq,
                                          "written buffer", err))
                 return -1;
+            /* Memory does not say which QP wrote it: the peer takes its QPs in turn, as we do. */
+            v->qp[v->rx_seq % (uint64_t)v->nqp].rx_msgs++;
             v->rx_seq++;
             ev->rx_done++;
         }
@@ -1869,6 +1878,12 @@ static int vb_lossy(void *be)
     return v->svc != VB_RC;
 }
 
+/* Core operations of this phase that completed on q. */
+static uint64_t phase_completed(const struct vb_qp *q)
+{
+    return q->completed_ops > q->phase_first_op ? q->completed_ops - q->phase_first_op : 0;
+}
+
 static void vb_describe(void *be, cJSON *o)
 {
     struct vb *v = be;
@@ -1907,12 +1922,12 @@ static void vb_describe(void *be, cJSON *o)
      * out before anything moved (the description sent at connection time). */
     uint64_t moved = 0;
     for (int i = 0; i < v->nqp; i++)
-        moved += v->qp[i].done_ops + v->qp[i].rx_msgs;
+        moved += phase_completed(&v->qp[i]) + v->qp[i].rx_msgs;
     cJSON *flows = moved ? cJSON_AddArrayToObject(o, "flows") : NULL;
     for (int i = 0; flows && i < v->nqp && v->qp[i].qp; i++) {
         cJSON *f = cJSON_CreateObject();
         cJSON_AddNumberToObject(f, "qpn", v->qp[i].qp->qp_num);
-        cJSON_AddNumberToObject(f, "completed", (double)v->qp[i].done_ops);
+        cJSON_AddNumberToObject(f, "completed", (double)phase_completed(&v->qp[i]));
         cJSON_AddNumberToObject(f, "received", (double)v->qp[i].rx_msgs);
         cJSON_AddItemToArray(flows, f);
     }
@@ -1997,8 +2012,10 @@ static void vb_teardown(void *be)
 static void vb_phase_begin(void *be)
 {
     struct vb *v = be;
-    for (int i = 0; i < v->nqp; i++)
-        v->qp[i].done_ops = v->qp[i].rx_msgs = 0;
+    for (int i = 0; i < v->nqp; i++) {
+        v->qp[i].phase_first_op = v->qp[i].posted_ops;
+        v->qp[i].rx_msgs = 0;
+    }
 }
 
 /* Before any connection: each --device names a device libibverbs lists here (the same list
