@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -109,6 +111,43 @@ static void read_str(const char *path, char *out, size_t len) { read_str_at(AT_F
 
 static int skip(const char *name) { return name[0] == '.'; }
 
+/* The kernel serves a port's hw_counters from a cache for `lifespan` ms after each read (ib_core's
+ * default is 10, counted in jiffies: up to lifespan + 2 jiffies, 30 ms at HZ=100): a snapshot
+ * taken sooner than that after the previous one repeats the previous values. A ping-pong of 20
+ * messages on an emulated rxe lasts less, and its after-snapshot said no packet had moved (the
+ * path verdict: unverifiable). So a snapshot first waits until the previous one's values have
+ * expired. Only ports with hw_counters wait (rxe; PMA counters/ are read fresh), and never inside
+ * a measurement. */
+#define FS_HW_EXPIRY_MARGIN_MS 20
+static uint64_t hw_expire_ns; /* CLOCK_MONOTONIC: when the last hw_counters read has expired */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void hw_counters_wait_fresh(void)
+{
+    uint64_t now = mono_ns();
+    if (now < hw_expire_ns)
+        poll(NULL, 0, (int)((hw_expire_ns - now + 999999) / 1000000));
+}
+
+/* After a port's counters were read: when what the kernel cached for it expires. */
+static void hw_counters_read(const char *port_dir)
+{
+    char path[1100];
+    uint64_t lifespan_ms;
+    snprintf(path, sizeof path, "%s/hw_counters/lifespan", port_dir);
+    if (read_u64(path, &lifespan_ms))
+        return; /* no hw_counters/ here */
+    uint64_t until = mono_ns() + (lifespan_ms + FS_HW_EXPIRY_MARGIN_MS) * 1000000ull;
+    if (until > hw_expire_ns)
+        hw_expire_ns = until;
+}
+
 void fs_counters_snap(struct fs_cnt_snap *s)
 {
     const char *root = sysfs_root();
@@ -135,6 +174,7 @@ void fs_counters_snap(struct fs_cnt_snap *s)
     if (d)
         closedir(d);
     snprintf(path, sizeof path, "%s/class/infiniband", root);
+    hw_counters_wait_fresh();
     d = opendir(path);
     while (d && (e = readdir(d))) {
         if (skip(e->d_name))
@@ -156,6 +196,8 @@ void fs_counters_snap(struct fs_cnt_snap *s)
                 snprintf(path, sizeof path, "%s/%s/%s", ports, pe->d_name, rdma_keys[k].file);
                 dev->have[k] = read_u64(path, &dev->v[k]) == 0;
             }
+            snprintf(path, sizeof path, "%s/%s", ports, pe->d_name);
+            hw_counters_read(path);
             /* The first few GID slots name the netdev; reading all (up to 1024) costs minutes
              * under emulation and adds nothing. */
             int nn = 0;
