@@ -98,3 +98,27 @@ def test_hold_cpu_latency_is_recorded() -> None:
     assert out.returncode == 0, out.stderr
     (rec,) = json_lines(out.stdout)
     assert rec["host"]["cpu_dma_latency_held"] is True
+
+
+def test_the_engine_reads_its_control_channel_rarely_while_it_measures() -> None:
+    """transport.control_polls: how often each side read its control channel in the measured
+    phase. A ping-pong initiator looks at most every 100 ms (its answers prove the peer alive;
+    the responder's wait would otherwise carry those syscalls into the half round trip); a stream
+    at most every 1 ms, and a receiver that only lacks the sender's count no more often than that.
+    The bounds hold whatever the load: each look moves the next one a whole period on."""
+    out = fabscope("run", "--loopback", "--format", "json", "--sizes", "8", "--duration", "1",
+                   "--warmup", "100")
+    assert out.returncode == 0, out.stderr
+    (lat,) = json_lines(out.stdout)
+    polls = lat["transport"]["control_polls"]
+    assert polls["local"] <= lat["duration_s"] / 0.1 + 1, (polls, lat["duration_s"])
+    assert lat["iterations"] > 20 * polls["local"]  # an every-1-ms look would be 1000 here
+
+    out = fabscope("run", "--loopback", "--format", "json", "--pattern", "bw", "--sizes", "64K",
+                   "--duration", "1", "--warmup", "100")
+    assert out.returncode == 0, out.stderr
+    (bw,) = json_lines(out.stdout)
+    polls = bw["transport"]["control_polls"]
+    for side in ("local", "peer"):
+        # the receiver's phase ends after the sender's count arrives: a few looks more
+        assert 0 < polls[side] <= bw["duration_s"] / 0.001 + 10, (side, polls, bw["duration_s"])

@@ -213,6 +213,19 @@ def test_qps_flows_and_intervals(guest: dict[str, Any]) -> None:
     _flows_add_up(send, 3)
 
 
+def test_the_idle_target_sleeps_on_the_control_channel(guest: dict[str, Any]) -> None:
+    """The target of RDMA reads has nothing to progress (rxe answers alone): it sleeps until the
+    initiator speaks or its own heartbeat is due, once a second, instead of waking 50 times a
+    second. 1.5 s of read bandwidth: the target looks at its control channel a handful of times,
+    the initiator's stream every 1 ms at most."""
+    if "functional" not in guest["sections"]:
+        pytest.skip("functional section not run")
+    read = _results(_get(guest, "rc-read-bw-duration-intervals"))[0]
+    polls = read["transport"]["control_polls"]
+    assert polls["peer"] <= read["duration_s"] + 3, polls  # 20 ms naps: 75 looks
+    assert polls["local"] <= read["duration_s"] / 0.001 + 10, polls
+
+
 @pytest.mark.parametrize("c", [c for c in suite.functional_cases() if c["expect_rc"] == 6],
                          ids=lambda c: c["name"])
 def test_unsupported_is_exit_6(guest: dict[str, Any], c: dict[str, Any]) -> None:

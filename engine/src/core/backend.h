@@ -9,14 +9,18 @@
 
 struct cJSON;
 
-/* Bump when a hook's meaning or signature changes; registration refuses any other value. */
-#define FS_BACKEND_ABI 1
+/* Bump when a hook's meaning or signature changes; registration refuses any other value.
+ * 2: fs_events.slept (the backend napped) became fs_events.idle (the core waits). */
+#define FS_BACKEND_ABI 2
 
 /* Completions reported by one progress call, added to what the core already counted. */
 struct fs_events {
     uint64_t tx_done; /* posted operations that completed at the initiator */
     uint64_t rx_done; /* messages that arrived at this side (ACTIVE ops only) */
-    int slept;        /* set by a backend that napped in this call (nothing of it is timed) */
+    /* Set by a backend with nothing to progress on this side: the target of operations its
+     * device completes alone (a NIC answers RDMA reads, atomics and writes). It returns at once;
+     * the core then sleeps on the control channel until the peer says something. */
+    int idle;
 };
 
 struct fs_be_ctx {

@@ -178,6 +178,12 @@ static int take_frame(struct fs_ctl *c, cJSON **msg, struct fs_err *err)
     return rc;
 }
 
+void fs_ctl_wait_readable(const struct fs_ctl *c, int timeout_ms)
+{
+    struct pollfd p = {.fd = c->fd, .events = POLLIN};
+    (void)poll(&p, 1, timeout_ms); /* readable, closed or an error: the next fs_ctl_poll says */
+}
+
 int fs_ctl_poll(struct fs_ctl *c, cJSON **msg, struct fs_err *err)
 {
     int rc = take_frame(c, msg, err);

@@ -31,6 +31,9 @@ void fs_ctl_close(struct fs_ctl *c);
 int fs_ctl_send(struct fs_ctl *c, const struct cJSON *msg, int timeout_ms, struct fs_err *err);
 /* Waits up to timeout_ms for one frame. */
 int fs_ctl_recv(struct fs_ctl *c, int timeout_ms, struct cJSON **msg, struct fs_err *err);
+/* Sleeps until control bytes can be read or timeout_ms passed; takes nothing. Call it after
+ * fs_ctl_poll returned 0 (no whole frame is buffered then). */
+void fs_ctl_wait_readable(const struct fs_ctl *c, int timeout_ms);
 /* Non-blocking: 1 = a frame was ready, 0 = none yet, -1 = error (peer gone, bad frame). */
 int fs_ctl_poll(struct fs_ctl *c, struct cJSON **msg, struct fs_err *err);
 /* Receive and require `type`; a peer "error" frame becomes our error with the peer's words. */

@@ -8,13 +8,19 @@
 #include "run.h"
 
 /* Housekeeping (control messages, the no-progress deadline, heartbeats) costs a system call: it
- * runs at most every FS_HOUSEKEEP_NS while data flows, and the loops look at the clock only every
- * FS_CLOCK_EVERY turns, so a busy-polling turn on the measured path pays one increment. At
- * sub-microsecond round trips a control-socket recv() every few hundred turns was a visible part
- * of the latency (measured on UCX over shared memory). */
+ * runs at most every FS_HOUSEKEEP_NS while a stream's data flows, and the loops look at the clock
+ * only every FS_CLOCK_EVERY turns, so a busy-polling turn on the measured path pays one increment.
+ * At sub-microsecond round trips a control-socket recv() every few hundred turns was a visible
+ * part of the latency (measured on UCX over shared memory).
+ * A ping-pong whose answers keep coming needs the control channel even less: every answer shows
+ * the peer alive, and a wait that stalls for FS_HOUSEKEEP_NS looks at the channel at once. It
+ * housekeeps every FS_PINGPONG_HOUSEKEEP_NS. Between samples though it was, a recv() every 1 ms
+ * on each side cost 5 % of the median half round trip on Soft-RoCE between two emulated guests
+ * (UC send, 8 B: 196 -> 186 us, perftest 186 us, six runs each alternated): a system call there
+ * is tens of microseconds of emulated kernel whose traces outlast it. */
 #define FS_CLOCK_EVERY 64
 #define FS_HOUSEKEEP_NS 1000000ull
-#define FS_QUIET_NS 50000ull
+#define FS_PINGPONG_HOUSEKEEP_NS 100000000ull
 #define FS_HEARTBEAT_NS 1000000000ull
 #define FS_BLOCK_SLICE_MS 50
 /* Lossy services: how long after the last arrival (with the sender's count known) the missing
@@ -35,7 +41,9 @@ static int housekeep(struct fs_run *r, uint64_t now, struct fs_err *err)
 {
     cJSON *m = NULL;
     int rc;
-    r->next_hk_ns = now + FS_HOUSEKEEP_NS;
+    r->last_hk_ns = now;
+    r->next_hk_ns = now + r->hk_period_ns;
+    r->hk_passes++;
     while ((rc = fs_ctl_poll(&r->ctl, &m, err)) == 1) {
         const char *t = fs_ctl_type(m);
         if (strcmp(t, "heartbeat") != 0 || r->idle_side)
@@ -79,21 +87,36 @@ static int housekeep(struct fs_run *r, uint64_t now, struct fs_err *err)
     return 0;
 }
 
-/* Whether this turn looks at the clock: every FS_CLOCK_EVERY turns, after a turn in which the
- * backend napped, and after every turn that completed nothing in block mode (the progress call slept, or moved part of a large message:
- * a clock read is cheap next to that, a control-socket syscall per partial receive is not). */
+/* Whether this turn looks at the clock: every FS_CLOCK_EVERY turns, and after every turn that
+ * completed nothing in block mode (the progress call slept, or moved part of a large message: a
+ * clock read is cheap next to that, a control-socket syscall per partial receive is not). */
 static int tick_due(const struct fs_run *r, unsigned *turns, const struct fs_events *ev)
 {
-    /* A backend that napped in progress() (the passive target of a read/atomic test) is not
-     * on a measured path: look every turn, or the initiator's count would wait 64 naps. */
-    return ++*turns % FS_CLOCK_EVERY == 0 || ev->slept ||
-           (r->block && !ev->tx_done && !ev->rx_done);
+    return ++*turns % FS_CLOCK_EVERY == 0 || (r->block && !ev->tx_done && !ev->rx_done);
+}
+
+/* A side whose backend has nothing to progress (fs_events.idle: the target of RDMA reads,
+ * atomics or writes, which its NIC answers alone) sleeps on the control channel until the peer
+ * says something or its own heartbeat is due, as perftest's target sleeps in read(). Nothing
+ * here is timed. It used to nap 20 ms between looks: on Soft-RoCE between two emulated guests
+ * those 50 wake-ups a second put 3 % on the initiator's median read latency (281 -> 270 us
+ * against perftest's 272, six runs each alternated), and each phase ended up to a nap late. */
+static int wait_idle(struct fs_run *r, struct fs_err *err)
+{
+    uint64_t now = fs_now_ns(), due = r->last_heartbeat_ns + FS_HEARTBEAT_NS;
+    fs_ctl_wait_readable(&r->ctl, due > now ? (int)((due - now) / 1000000) + 1 : 0);
+    return housekeep(r, fs_now_ns(), err);
 }
 
 /* The periodic look at the clock, at `now`: `events` counts what completed so far in this phase,
  * so a change since the last look is activity (no clock read per message). Housekeeping runs
- * when it is due and not before `not_before`; a side that only lacks the peer's count
- * (`want_count`) polls for it as soon as its data path has been quiet for FS_QUIET_NS. */
+ * when it is due and not before `not_before`. A side that only lacks the peer's count
+ * (`want_count`: a receiver, the responder of a ping-pong) also looks for it once its data path
+ * has been quiet for FS_HOUSEKEEP_NS, and then every FS_HOUSEKEEP_NS: the phase ends that late
+ * at most, and a slow stream's pauses are not filled with control-socket syscalls. (Looking
+ * after 50 us of quiet and then every 64 turns made a receiver of 64 KiB UC sends between two
+ * emulated guests call recv() tens of thousands of times a second, 3x the system time of
+ * perftest's receiver.) */
 static int tick(struct fs_run *r, uint64_t now, uint64_t events, uint64_t not_before,
                int want_count, struct fs_err *err)
 {
@@ -102,7 +125,8 @@ static int tick(struct fs_run *r, uint64_t now, uint64_t events, uint64_t not_be
         r->last_activity_ns = now;
     }
     int due = now >= r->next_hk_ns ||
-              (want_count && r->peer_sent < 0 && now - r->last_activity_ns > FS_QUIET_NS);
+              (want_count && r->peer_sent < 0 && now - r->last_activity_ns >= FS_HOUSEKEEP_NS &&
+               now - r->last_hk_ns >= FS_HOUSEKEEP_NS);
     if (!due || now < not_before)
         return 0;
     return housekeep(r, now, err);
@@ -111,7 +135,7 @@ static int tick(struct fs_run *r, uint64_t now, uint64_t events, uint64_t not_be
 static int progress(struct fs_run *r, struct fs_events *ev, struct fs_err *err)
 {
     ev->tx_done = ev->rx_done = 0;
-    ev->slept = 0;
+    ev->idle = 0;
     if (r->bops->progress(r->be, r->block ? FS_BLOCK_SLICE_MS : 0, ev, err)) {
         if (!err->code)
             err->code = FS_EXIT_MEASURE;
@@ -285,13 +309,20 @@ static int pingpong_initiator(struct fs_run *r, uint64_t size, uint64_t n_max, u
     return announce_sent(r, i, err);
 }
 
-/* Answers each arriving message until the initiator says how many it sent. */
+/* Answers each arriving message until the initiator says how many it sent.
+ * The wait for a request is on the measured path (the initiator's clock runs), so it holds no
+ * housekeeping unless it has lasted FS_HOUSEKEEP_NS: that is a stall, or the initiator is done
+ * and its count waits on the control channel. Housekeeping that falls due runs right after a
+ * reply is posted instead, where no request can come before the reply has crossed. (Looking for
+ * the count after 50 us of quiet, as a stream receiver does, put a control-socket syscall into
+ * nearly every wait of an emulated device's 200 us half round trips.) */
 static int pingpong_responder(struct fs_run *r, uint64_t size, struct fs_side_view *v,
                               struct fs_err *err)
 {
     uint64_t rx = 0;
     unsigned turns = 0;
     struct fs_events ev;
+    uint64_t replied_at = fs_now_ns();
     while (r->peer_sent < 0 || rx < (uint64_t)r->peer_sent) {
         if (progress(r, &ev, err))
             return -1;
@@ -307,8 +338,14 @@ static int pingpong_responder(struct fs_run *r, uint64_t size, struct fs_side_vi
                 return err->code ? -1 : fs_fail(err, FS_EXIT_MEASURE, "post failed");
         }
         rx += ev.rx_done;
-        if (tick_due(r, &turns, &ev) && tick(r, fs_now_ns(), rx, 0, 1, err))
+        if (ev.rx_done) {
+            replied_at = fs_now_ns();
+            if (tick(r, replied_at, rx, 0, 0, err))
+                return -1;
+        } else if (tick_due(r, &turns, &ev) &&
+                   tick(r, fs_now_ns(), rx, replied_at + FS_HOUSEKEEP_NS, 1, err)) {
             return -1;
+        }
     }
     v->rx_msgs = rx;
     return 0;
@@ -357,6 +394,8 @@ static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uin
             }
         }
         if (progress(r, &ev, err))
+            return -1;
+        if (ev.idle && wait_idle(r, err))
             return -1;
         if (ev.tx_done || ev.rx_done)
             now = fs_now_ns();
@@ -423,7 +462,10 @@ int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs
     memset(v, 0, sizeof *v);
     r->peer_sent = -1;
     r->last_activity_ns = r->last_heartbeat_ns = fs_now_ns();
-    r->next_hk_ns = r->last_activity_ns + FS_HOUSEKEEP_NS;
+    r->hk_period_ns = r->pat == FS_PAT_LAT ? FS_PINGPONG_HOUSEKEEP_NS : FS_HOUSEKEEP_NS;
+    r->last_hk_ns = r->last_activity_ns;
+    r->next_hk_ns = r->last_activity_ns + r->hk_period_ns;
+    r->hk_passes = 0;
     r->events_seen = 0;
     uint64_t n_max, t_max;
     if (phase == FS_PHASE_WARMUP) {
@@ -439,17 +481,20 @@ int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs
     counts_reset(&r->iv_tx);
     counts_reset(&r->iv_rx);
     const int client = !r->is_server;
-    if (r->pat == FS_PAT_LAT) {
-        if (client)
-            return pingpong_initiator(r, size, n_max, t_max, phase == FS_PHASE_MEASURE, v, err);
-        if (fs_ops[r->op].lat_role == FS_ROLE_ACTIVE)
-            return pingpong_responder(r, size, v, err);
-        return stream(r, size, 0, 0, 0, 0, v, err);
-    }
     const int active = fs_ops[r->op].bw_role == FS_ROLE_ACTIVE;
-    if (r->pat == FS_PAT_BW)
-        return stream(r, size, client, !client && active, n_max, t_max, v, err);
-    return stream(r, size, 1, active, n_max, t_max, v, err);
+    int rc;
+    if (r->pat == FS_PAT_LAT && client)
+        rc = pingpong_initiator(r, size, n_max, t_max, phase == FS_PHASE_MEASURE, v, err);
+    else if (r->pat == FS_PAT_LAT && fs_ops[r->op].lat_role == FS_ROLE_ACTIVE)
+        rc = pingpong_responder(r, size, v, err);
+    else if (r->pat == FS_PAT_LAT)
+        rc = stream(r, size, 0, 0, 0, 0, v, err);
+    else if (r->pat == FS_PAT_BW)
+        rc = stream(r, size, client, !client && active, n_max, t_max, v, err);
+    else
+        rc = stream(r, size, 1, active, n_max, t_max, v, err);
+    v->control_polls = r->hk_passes;
+    return rc;
 }
 
 static void view_json(const struct fs_side_view *v, cJSON *o)
@@ -460,6 +505,7 @@ static void view_json(const struct fs_side_view *v, cJSON *o)
     cJSON_AddNumberToObject(o, "rx_timed_msgs", (double)v->rx_timed_msgs);
     cJSON_AddNumberToObject(o, "rx_span_ns", (double)v->rx_span_ns);
     cJSON_AddNumberToObject(o, "rx_lost", (double)v->rx_lost);
+    cJSON_AddNumberToObject(o, "control_polls", (double)v->control_polls);
 }
 
 static uint64_t num(const cJSON *o, const char *k)
@@ -514,6 +560,7 @@ int fs_phase_exchange(struct fs_run *r, const struct fs_side_view *mine, cJSON *
     theirs->rx_timed_msgs = num(p, "rx_timed_msgs");
     theirs->rx_span_ns = num(p, "rx_span_ns");
     theirs->rx_lost = num(p, "rx_lost");
+    theirs->control_polls = num(p, "control_polls");
     if (counts_from_json(&r->peer_iv_tx, p, "tx_intervals", err) ||
         counts_from_json(&r->peer_iv_rx, p, "rx_intervals", err)) {
         cJSON_Delete(p);

@@ -21,6 +21,7 @@ struct fs_side_view {
     uint64_t rx_timed_msgs; /* arrivals after the first receive event */
     uint64_t rx_span_ns;    /* first to last receive event */
     uint64_t rx_lost;       /* lossy services: sent by the peer, never arrived */
+    uint64_t control_polls; /* times this side read its control channel during the phase */
 };
 
 /* Message counts per --interval of a measured bw/bibw phase: v[k] counts what completed (tx)
@@ -59,7 +60,10 @@ struct fs_run {
      * alive, not that the data path works, and must not hide a stuck run. */
     int idle_side;
     uint64_t last_heartbeat_ns;
-    uint64_t next_hk_ns;  /* housekeeping is due at this time */
+    uint64_t hk_period_ns; /* housekeeping period of this phase (see loop.c) */
+    uint64_t last_hk_ns;   /* when housekeeping last ran */
+    uint64_t hk_passes;    /* housekeeping passes in this phase */
+    uint64_t next_hk_ns;   /* housekeeping is due at this time */
     uint64_t events_seen; /* completions counted at the last look at the clock */
     int64_t peer_sent; /* -1 until the peer's "sent" arrives */
     struct cJSON *peer_done; /* a "phase_done" that arrived while we were still looping */
