@@ -1,7 +1,7 @@
 """The Soft-RoCE testbed, for real: qemu guests with a kernel rxe device.
 
-Boots four guests in all (one single-guest run for the device checks and the
-exit status, one that must time out, one two-guest pair for perftest), after
+Boots its guests one run at a time (single-guest runs for the device checks and the
+exit status, one that must time out, two-guest pairs for perftest and --pin-cpus), after
 building the image once (about a minute; cached in
 ${FABSCOPE_CACHE:-/var/cache/fabscope}/softroce). The tests at the bottom need
 no guest.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -110,6 +111,67 @@ def test_two_guests_ib_write_bw(built: Path) -> None:
     assert m, "no ib_write_bw result line"
     assert float(m[2]) > 0
     assert "[server]" in err.getvalue()  # the server's output is forwarded, marked
+
+
+def _qemu_children() -> dict[str, set[str]]:
+    """guest name -> the CPU lists its qemu's threads may run on (children of this process)."""
+    seen: dict[str, set[str]] = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        ppid = re.search(r"^PPid:\s*(\d+)", status, re.M)
+        if not ppid or int(ppid[1]) != os.getpid() or "qemu-system" not in cmdline:
+            continue
+        guest = "server" if "/server," in cmdline else "client" if "/client," in cmdline else "?"
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                allowed = re.search(r"^Cpus_allowed_list:\s*(\S+)", (task / "status").read_text(), re.M)
+            except OSError:
+                continue
+            if allowed:
+                seen.setdefault(guest, set()).add(allowed[1])
+    return seen
+
+
+@pytest.mark.softroce
+def test_pin_cpus_puts_each_guest_on_a_host_cpu_of_its_own(built: Path) -> None:
+    """--pin-cpus: every thread of the server guest's qemu on the first CPU this process may use,
+    every thread of the client's on the second (read from /proc while the guests run)."""
+    import threading
+
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip(f"this process may use only CPU {cpus[0]}")
+    seen: dict[str, set[str]] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for guest, lists in _qemu_children().items():
+                seen.setdefault(guest, set()).update(lists)
+            stop.wait(0.5)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        rc = softroce.run(["sleep", "3"], two_guests=True, pin_cpus=True, timeout_s=240,
+                          server_cmd=["sleep", "600"], stdout=io.StringIO(), stderr=io.StringIO())
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+    assert rc == 0
+    assert seen == {"server": {str(cpus[0])}, "client": {str(cpus[1])}}, seen
+
+
+def test_pin_cpus_needs_two_guests() -> None:
+    with pytest.raises(softroce.SoftRoceError, match="needs two_guests"):
+        softroce.run(["true"], pin_cpus=True)
+    p = subprocess.run([sys.executable, "-m", "fabscope.testbed.softroce", "run", "--pin-cpus", "--", "true"],
+                       capture_output=True, text=True, env={"PYTHONPATH": str(REPO / "python"), "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 2 and "add --two-guests" in p.stderr, p.stderr
 
 
 @pytest.mark.softroce

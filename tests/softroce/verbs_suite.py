@@ -52,7 +52,9 @@ def start_server(args: list[str], prefix: list[str] | None = None,
                  listen: str = "127.0.0.1:0") -> tuple[subprocess.Popen, int]:
     argv = (prefix or []) + [ENGINE, "--listen", listen, "--backend", "verbs",
                              "--timeout", TIMEOUT] + args
+    cpu0 = guest_cpu()
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p.guest_cpu = cpu0  # type: ignore[attr-defined]
     deadline = time.monotonic() + 60
     line = ""
     while time.monotonic() < deadline:
@@ -303,6 +305,9 @@ def parse_perftest(text: str, lat: bool) -> dict:
     return res
 
 
+# A perftest client has no deadline: `ib_send_lat -e` waited for ever for a completion event in 2 of
+# 7 runs between the guests (every run takes 1-4 s here), and each hang cost the old 300 s.
+PERFTEST_CLIENT_S = 60
 # perftest's server prints this before it waits (TCP accept, or rdma_cm listen with -R)
 PERFTEST_WAITING = "Waiting for client"
 SERVER_READY_S = 60
@@ -312,6 +317,7 @@ def start_perftest_server(argv: list[str]) -> subprocess.Popen:
     """A perftest server, returned once it accepts a client: its TCP port listens, or with -R
     (rdma_cm, no TCP socket) it printed that it waits for the rdma_cm client."""
     cm = "-R" in argv
+    cpu0 = guest_cpu()
     srv = subprocess.Popen((["stdbuf", "-oL"] if cm else []) + argv, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     t0 = time.monotonic()
@@ -333,7 +339,36 @@ def start_perftest_server(argv: list[str]) -> subprocess.Popen:
         else:
             time.sleep(0.2)
     srv.early_output = "".join(seen)  # type: ignore[attr-defined]
+    srv.guest_cpu = cpu0  # type: ignore[attr-defined]
     return srv
+
+
+CPU_FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq")
+
+
+def guest_cpu() -> dict[str, float]:
+    """The guest's CPU time so far (s): /proc/stat's split, and what ksoftirqd ran. Where the
+    kernel's packet work for rxe lands (in the busy poller's time slice, or in ksoftirqd
+    competing with it) decides a receiver's rate on one vCPU."""
+    hz = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    try:
+        with open("/proc/stat") as f:
+            ticks = f.readline().split()[1:1 + len(CPU_FIELDS)]
+        out.update({k: int(v) / hz for k, v in zip(CPU_FIELDS, ticks, strict=True)})
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        st = f.read()
+                except OSError:
+                    continue
+                if "(ksoftirqd/" in st:
+                    fields = st.rsplit(")", 1)[1].split()
+                    out["ksoftirqd"] = out.get("ksoftirqd", 0) + (int(fields[11]) + int(fields[12])) / hz
+    except OSError:
+        pass
+    return out
 
 
 def reap(srv: subprocess.Popen, timeout: float = 40) -> tuple[str, str, dict]:
@@ -349,6 +384,10 @@ def reap(srv: subprocess.Popen, timeout: float = 40) -> tuple[str, str, dict]:
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cost = {"utime_s": round(after.ru_utime - before.ru_utime, 3), "stime_s": round(after.ru_stime - before.ru_stime, 3),
             "nvcsw": after.ru_nvcsw - before.ru_nvcsw, "nivcsw": after.ru_nivcsw - before.ru_nivcsw}
+    cpu0 = getattr(srv, "guest_cpu", None)
+    if cpu0:
+        cpu1 = guest_cpu()
+        cost["guest_cpu_s"] = {k: round(cpu1[k] - cpu0.get(k, 0), 2) for k in cpu1}
     return so or "", se or "", cost
 
 
@@ -371,10 +410,10 @@ def perftest_run(tool: str, args: list[str], lat: bool, remote: bool = False) ->
         srv = start_perftest_server([tool] + common)
     try:
         c = subprocess.run([tool] + common + ["peer" if remote else "127.0.0.1"], capture_output=True, text=True,
-                           timeout=300)
+                           timeout=PERFTEST_CLIENT_S)
         text, rc = c.stdout + c.stderr, c.returncode
     except subprocess.TimeoutExpired:
-        text, rc = "client timed out", None
+        text, rc = f"client timed out after {PERFTEST_CLIENT_S} s (perftest has no deadline of its own)", None
     if remote:
         done = bench_ctl({"cmd": "wait", "timeout": 40})
         srv_text, cost = done.get("output", ""), done.get("cost")
@@ -386,6 +425,10 @@ def perftest_run(tool: str, args: list[str], lat: bool, remote: bool = False) ->
     return res
 
 
+# Bandwidth rows of small messages (8-byte atomics, 1 KiB UD sends) take SMALL_BW_FACTOR times the
+# messages of the 64 KiB rows: at ~0.01 Mpps, 300 of them are a 30 ms run, shorter than one of the
+# emulator's hiccups, and both tools' repeats then spread by up to 65 %; 3000 are ~0.3 s.
+SMALL_BW_FACTOR = 10
 LAT_P = ["-s", "8", "-n", "{lat_n}"]
 BW_P = ["-s", "65536", "-n", "{bw_n}"]
 BW_F = ["--pattern", "bw", "--sizes", "65536"]
@@ -397,7 +440,7 @@ BENCH = [
     ("send_bw", "ib_send_bw", BW_P, ["--op", "send", *BW_F], False),
     ("write_bw", "ib_write_bw", BW_P, ["--op", "write", *BW_F], False),
     ("read_bw", "ib_read_bw", BW_P, ["--op", "read", *BW_F], False),
-    ("atomic_bw", "ib_atomic_bw", ["-n", "{bw_n}"], ["--op", "fadd", "--pattern", "bw", "--sizes", "8"], False),
+    ("atomic_bw", "ib_atomic_bw", ["-n", "{bw_small_n}"], ["--op", "fadd", "--pattern", "bw", "--sizes", "8"], False),
 ]
 # With server and client on the guest's single vCPU, two busy-polling processes take turns by
 # scheduler tick, which hides the transport; completion events (perftest -e, fabscope --poll
@@ -408,7 +451,7 @@ BENCH_EVENT = [
 ]
 # What else perftest has: UC/UD services, atomic latency, and rdma_cm connections (-R against
 # fabscope --cm). UD messages are one packet: at most the MTU (1024 on the guests' eth0).
-UD_BW_P = ["-s", "1024", "-n", "{bw_n}"]
+UD_BW_P = ["-s", "1024", "-n", "{bw_small_n}"]
 BENCH_MORE = [
     ("atomic_lat", "ib_atomic_lat", ["-n", "{lat_n}"], ["--op", "fadd", "--sizes", "8"], True),
     ("uc_send_lat", "ib_send_lat", ["-c", "UC", *LAT_P], ["--qp-type", "uc", "--op", "send", "--sizes", "8"], True),
@@ -449,8 +492,8 @@ def bench(out, repeats: int = 3, lat_n: int = 1000, bw_n: int = 2000, only: list
     for name, tool, pargs, fargs, lat in cases:
         if only and name not in only:
             continue
-        n = lat_n if lat else bw_n
-        pargs = [a.format(lat_n=lat_n, bw_n=bw_n) for a in pargs]
+        pargs = [a.format(lat_n=lat_n, bw_n=bw_n, bw_small_n=bw_n * SMALL_BW_FACTOR) for a in pargs]
+        n = int(pargs[pargs.index("-n") + 1])  # the same count for both tools
         settings: dict = {}
         for rep in range(repeats):
             # alternate who goes first, so drift in the guest does not favour either tool; the
