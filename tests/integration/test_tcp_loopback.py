@@ -102,23 +102,22 @@ def test_hold_cpu_latency_is_recorded() -> None:
 
 def test_the_engine_reads_its_control_channel_rarely_while_it_measures() -> None:
     """transport.control_polls: how often each side read its control channel in the measured
-    phase. A ping-pong initiator looks at most every 100 ms (its answers prove the peer alive;
-    the responder's wait would otherwise carry those syscalls into the half round trip); a stream
-    at most every 1 ms, and a receiver that only lacks the sender's count no more often than that.
-    The bounds hold whatever the load: each look moves the next one a whole period on."""
+    phase. While data flows, every 100 ms (completions and answers prove the peer alive); a side
+    that only waits for the peer's count also after 1 ms of quiet. The initiator's and the
+    sender's bounds hold whatever the load: each look moves the next one a whole period on; the
+    receiver's allow for a few stalls of a loaded machine (one look every 1 ms would be 1000)."""
     out = fabscope("run", "--loopback", "--format", "json", "--sizes", "8", "--duration", "1",
                    "--warmup", "100")
     assert out.returncode == 0, out.stderr
     (lat,) = json_lines(out.stdout)
     polls = lat["transport"]["control_polls"]
     assert polls["local"] <= lat["duration_s"] / 0.1 + 1, (polls, lat["duration_s"])
-    assert lat["iterations"] > 20 * polls["local"]  # an every-1-ms look would be 1000 here
+    assert lat["iterations"] > 20 * polls["local"]
 
     out = fabscope("run", "--loopback", "--format", "json", "--pattern", "bw", "--sizes", "64K",
                    "--duration", "1", "--warmup", "100")
     assert out.returncode == 0, out.stderr
     (bw,) = json_lines(out.stdout)
     polls = bw["transport"]["control_polls"]
-    for side in ("local", "peer"):
-        # the receiver's phase ends after the sender's count arrives: a few looks more
-        assert 0 < polls[side] <= bw["duration_s"] / 0.001 + 10, (side, polls, bw["duration_s"])
+    assert 0 < polls["local"] <= bw["duration_s"] / 0.1 + 1, (polls, bw["duration_s"])
+    assert 0 < polls["peer"] <= bw["duration_s"] / 0.1 + 50, (polls, bw["duration_s"])

@@ -217,13 +217,13 @@ def test_the_idle_target_sleeps_on_the_control_channel(guest: dict[str, Any]) ->
     """The target of RDMA reads has nothing to progress (rxe answers alone): it sleeps until the
     initiator speaks or its own heartbeat is due, once a second, instead of waking 50 times a
     second. 1.5 s of read bandwidth: the target looks at its control channel a handful of times,
-    the initiator's stream every 1 ms at most."""
+    the initiator's stream every 100 ms."""
     if "functional" not in guest["sections"]:
         pytest.skip("functional section not run")
     read = _results(_get(guest, "rc-read-bw-duration-intervals"))[0]
     polls = read["transport"]["control_polls"]
     assert polls["peer"] <= read["duration_s"] + 3, polls  # 20 ms naps: 75 looks
-    assert polls["local"] <= read["duration_s"] / 0.001 + 10, polls
+    assert polls["local"] <= read["duration_s"] / 0.1 + 2, polls
 
 
 @pytest.mark.parametrize("c", [c for c in suite.functional_cases() if c["expect_rc"] == 6],

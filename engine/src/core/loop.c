@@ -7,20 +7,23 @@
 
 #include "run.h"
 
-/* Housekeeping (control messages, the no-progress deadline, heartbeats) costs a system call: it
- * runs at most every FS_HOUSEKEEP_NS while a stream's data flows, and the loops look at the clock
- * only every FS_CLOCK_EVERY turns, so a busy-polling turn on the measured path pays one increment.
- * At sub-microsecond round trips a control-socket recv() every few hundred turns was a visible
- * part of the latency (measured on UCX over shared memory).
- * A ping-pong whose answers keep coming needs the control channel even less: every answer shows
- * the peer alive, and a wait that stalls for FS_HOUSEKEEP_NS looks at the channel at once. It
- * housekeeps every FS_PINGPONG_HOUSEKEEP_NS. Between samples though it was, a recv() every 1 ms
- * on each side cost 5 % of the median half round trip on Soft-RoCE between two emulated guests
- * (UC send, 8 B: 196 -> 186 us, perftest 186 us, six runs each alternated): a system call there
- * is tens of microseconds of emulated kernel whose traces outlast it. */
+/* Housekeeping (control messages, the no-progress deadline, heartbeats) costs a system call. While
+ * data flows it runs every FS_HOUSEKEEP_PERIOD_NS: completions and answers show the peer alive,
+ * and the channel carries nothing a side needs before its phase ends. A wait that has been quiet
+ * for FS_QUIET_NS is different: a stall, or the end of the peer's phase, whose count this side
+ * then looks for every FS_QUIET_NS. The loops look at the clock only every FS_CLOCK_EVERY turns,
+ * so a busy-polling turn on the measured path pays one increment.
+ * Measured (Soft-RoCE between two emulated guests, perftest alternated, six runs each): with a
+ * control-socket recv() every 1 ms on each side, the median UC send half round trip was 196 us
+ * against 186 (perftest 186); and the sender of a 64 KiB UC write stream fell, a third of the
+ * time, to two thirds of its rate for seconds (0.00022 Mpps against 0.000235, perftest 0.00023):
+ * each recv() re-enabled bottom halves in the sender's context and ran the device's pending
+ * packet work there, until the kernel handed it to ksoftirqd, which then shared the one vCPU
+ * with the busy poller. At sub-microsecond round trips a recv() every few hundred turns was a
+ * visible part of the latency too (UCX over shared memory). */
 #define FS_CLOCK_EVERY 64
-#define FS_HOUSEKEEP_NS 1000000ull
-#define FS_PINGPONG_HOUSEKEEP_NS 100000000ull
+#define FS_HOUSEKEEP_PERIOD_NS 100000000ull
+#define FS_QUIET_NS 1000000ull
 #define FS_HEARTBEAT_NS 1000000000ull
 #define FS_BLOCK_SLICE_MS 50
 /* Lossy services: how long after the last arrival (with the sender's count known) the missing
@@ -42,7 +45,7 @@ static int housekeep(struct fs_run *r, uint64_t now, struct fs_err *err)
     cJSON *m = NULL;
     int rc;
     r->last_hk_ns = now;
-    r->next_hk_ns = now + r->hk_period_ns;
+    r->next_hk_ns = now + FS_HOUSEKEEP_PERIOD_NS;
     r->hk_passes++;
     while ((rc = fs_ctl_poll(&r->ctl, &m, err)) == 1) {
         const char *t = fs_ctl_type(m);
@@ -112,11 +115,10 @@ static int wait_idle(struct fs_run *r, struct fs_err *err)
  * so a change since the last look is activity (no clock read per message). Housekeeping runs
  * when it is due and not before `not_before`. A side that only lacks the peer's count
  * (`want_count`: a receiver, the responder of a ping-pong) also looks for it once its data path
- * has been quiet for FS_HOUSEKEEP_NS, and then every FS_HOUSEKEEP_NS: the phase ends that late
- * at most, and a slow stream's pauses are not filled with control-socket syscalls. (Looking
- * after 50 us of quiet and then every 64 turns made a receiver of 64 KiB UC sends between two
- * emulated guests call recv() tens of thousands of times a second, 3x the system time of
- * perftest's receiver.) */
+ * has been quiet for FS_QUIET_NS, and then every FS_QUIET_NS: the phase ends that late at most,
+ * and a slow stream's pauses are not filled with control-socket syscalls. (Looking after 50 us
+ * of quiet and then every 64 turns made a receiver of 64 KiB UC sends between two emulated
+ * guests call recv() tens of thousands of times a second.) */
 static int tick(struct fs_run *r, uint64_t now, uint64_t events, uint64_t not_before,
                int want_count, struct fs_err *err)
 {
@@ -125,8 +127,8 @@ static int tick(struct fs_run *r, uint64_t now, uint64_t events, uint64_t not_be
         r->last_activity_ns = now;
     }
     int due = now >= r->next_hk_ns ||
-              (want_count && r->peer_sent < 0 && now - r->last_activity_ns >= FS_HOUSEKEEP_NS &&
-               now - r->last_hk_ns >= FS_HOUSEKEEP_NS);
+              (want_count && r->peer_sent < 0 && now - r->last_activity_ns >= FS_QUIET_NS &&
+               now - r->last_hk_ns >= FS_QUIET_NS);
     if (!due || now < not_before)
         return 0;
     return housekeep(r, now, err);
@@ -176,8 +178,8 @@ int fs_interval_resolve(struct fs_run *r, struct fs_err *err)
                        r->spec.interval);
     if (s < 0.001)
         return fs_fail(err, FS_EXIT_USAGE,
-                       "--interval %g: the shortest interval is 0.001 s (one housekeeping "
-                       "period); use 0 to turn intervals off",
+                       "--interval %g: the shortest interval is 0.001 s; use 0 to turn intervals "
+                       "off",
                        r->spec.interval);
     if (r->spec.duration > 0 && r->spec.duration / s > FS_MAX_INTERVALS)
         return fs_fail(err, FS_EXIT_USAGE,
@@ -270,7 +272,7 @@ static int pingpong_initiator(struct fs_run *r, uint64_t size, uint64_t n_max, u
     while (!bounds_reached(i, n_max, now, t_end)) {
         /* Inside a sample, housekeeping would be measured: it waits for the gap between two
          * iterations unless this wait has itself lasted long enough to be a stall. */
-        const uint64_t stalled_at = t0 + FS_HOUSEKEEP_NS;
+        const uint64_t stalled_at = t0 + FS_QUIET_NS;
         uint64_t got = 0; /* the answer may land while a full queue makes us retry the post */
         int posted;
         while ((posted = r->bops->post(r->be, r->op, size, err)) == 0) {
@@ -311,7 +313,7 @@ static int pingpong_initiator(struct fs_run *r, uint64_t size, uint64_t n_max, u
 
 /* Answers each arriving message until the initiator says how many it sent.
  * The wait for a request is on the measured path (the initiator's clock runs), so it holds no
- * housekeeping unless it has lasted FS_HOUSEKEEP_NS: that is a stall, or the initiator is done
+ * housekeeping unless it has lasted FS_QUIET_NS: that is a stall, or the initiator is done
  * and its count waits on the control channel. Housekeeping that falls due runs right after a
  * reply is posted instead, where no request can come before the reply has crossed. (Looking for
  * the count after 50 us of quiet, as a stream receiver does, put a control-socket syscall into
@@ -343,7 +345,7 @@ static int pingpong_responder(struct fs_run *r, uint64_t size, struct fs_side_vi
             if (tick(r, replied_at, rx, 0, 0, err))
                 return -1;
         } else if (tick_due(r, &turns, &ev) &&
-                   tick(r, fs_now_ns(), rx, replied_at + FS_HOUSEKEEP_NS, 1, err)) {
+                   tick(r, fs_now_ns(), rx, replied_at + FS_QUIET_NS, 1, err)) {
             return -1;
         }
     }
@@ -462,9 +464,8 @@ int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs
     memset(v, 0, sizeof *v);
     r->peer_sent = -1;
     r->last_activity_ns = r->last_heartbeat_ns = fs_now_ns();
-    r->hk_period_ns = r->pat == FS_PAT_LAT ? FS_PINGPONG_HOUSEKEEP_NS : FS_HOUSEKEEP_NS;
     r->last_hk_ns = r->last_activity_ns;
-    r->next_hk_ns = r->last_activity_ns + r->hk_period_ns;
+    r->next_hk_ns = r->last_activity_ns + FS_HOUSEKEEP_PERIOD_NS;
     r->hk_passes = 0;
     r->events_seen = 0;
     uint64_t n_max, t_max;

@@ -60,7 +60,6 @@ struct fs_run {
      * alive, not that the data path works, and must not hide a stuck run. */
     int idle_side;
     uint64_t last_heartbeat_ns;
-    uint64_t hk_period_ns; /* housekeeping period of this phase (see loop.c) */
     uint64_t last_hk_ns;   /* when housekeeping last ran */
     uint64_t hk_passes;    /* housekeeping passes in this phase */
     uint64_t next_hk_ns;   /* housekeeping is due at this time */
