@@ -316,8 +316,8 @@ static int pingpong_initiator(struct fs_run *r, uint64_t size, uint64_t n_max, u
  * housekeeping unless it has lasted FS_QUIET_NS: that is a stall, or the initiator is done
  * and its count waits on the control channel. Housekeeping that falls due runs right after a
  * reply is posted instead, where no request can come before the reply has crossed. (Looking for
- * the count after 50 us of quiet, as a stream receiver does, put a control-socket syscall into
- * nearly every wait of an emulated device's 200 us half round trips.) */
+ * the count after 50 us of quiet put a control-socket syscall into nearly every wait of an
+ * emulated device's 200 us half round trips.) */
 static int pingpong_responder(struct fs_run *r, uint64_t size, struct fs_side_view *v,
                               struct fs_err *err)
 {
