@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -140,8 +141,6 @@ def _qemu_children() -> dict[str, set[str]]:
 def test_pin_cpus_puts_each_guest_on_a_host_cpu_of_its_own(built: Path) -> None:
     """--pin-cpus: every thread of the server guest's qemu on the first CPU this process may use,
     every thread of the client's on the second (read from /proc while the guests run)."""
-    import threading
-
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip(f"this process may use only CPU {cpus[0]}")

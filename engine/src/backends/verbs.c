@@ -559,6 +559,12 @@ static int select_port(struct vb *v, struct fs_err *err)
     return 0;
 }
 
+/* ibv_query_gid_table for at most VB_GID_QUERY_MAX entries, however large the buffer. */
+static ssize_t query_gid_table(struct ibv_context *c, struct ibv_gid_entry *all, size_t max)
+{
+    return ibv_query_gid_table(c, all, max < VB_GID_QUERY_MAX ? max : VB_GID_QUERY_MAX, 0);
+}
+
 /* Every populated GID of our port, one ioctl (reading the 1024 sysfs files of a port one by one
  * takes minutes on a slow machine). Falls back to per-index queries on kernels without it. */
 static ssize_t read_gids(struct vb *v, struct ibv_gid_entry *e, size_t max)
@@ -566,7 +572,7 @@ static ssize_t read_gids(struct vb *v, struct ibv_gid_entry *e, size_t max)
     struct ibv_gid_entry *all = calloc(VB_GID_QUERY_MAX, sizeof *all);
     ssize_t n = -1, k = 0;
     if (all)
-        n = ibv_query_gid_table(v->ctx, all, VB_GID_QUERY_MAX, 0);
+        n = query_gid_table(v->ctx, all, VB_GID_QUERY_MAX);
     if (n >= 0) {
         for (ssize_t i = 0; i < n && (size_t)k < max; i++)
             if ((int)all[i].port_num == v->port)
@@ -2629,7 +2635,7 @@ static void inventory_port(struct ibv_context *c, int port, const struct ibv_gid
 static ssize_t inventory_gids(struct ibv_context *c, int nports, struct ibv_gid_entry *all,
                               size_t max)
 {
-    ssize_t n = ibv_query_gid_table(c, all, max < VB_GID_QUERY_MAX ? max : VB_GID_QUERY_MAX, 0);
+    ssize_t n = query_gid_table(c, all, max);
     if (n >= 0)
         return n;
     ssize_t k = 0;

@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "counters.h"
+#include "clock.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -11,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
@@ -121,16 +121,9 @@ static int skip(const char *name) { return name[0] == '.'; }
 #define FS_HW_EXPIRY_MARGIN_MS 20
 static uint64_t hw_expire_ns; /* CLOCK_MONOTONIC: when the last hw_counters read has expired */
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void hw_counters_wait_fresh(void)
 {
-    uint64_t now = mono_ns();
+    uint64_t now = fs_monotonic_ns();
     if (now < hw_expire_ns)
         poll(NULL, 0, (int)((hw_expire_ns - now + 999999) / 1000000));
 }
@@ -143,7 +136,7 @@ static void hw_counters_read(const char *port_dir)
     snprintf(path, sizeof path, "%s/hw_counters/lifespan", port_dir);
     if (read_u64(path, &lifespan_ms))
         return; /* no hw_counters/ here */
-    uint64_t until = mono_ns() + (lifespan_ms + FS_HW_EXPIRY_MARGIN_MS) * 1000000ull;
+    uint64_t until = fs_monotonic_ns() + (lifespan_ms + FS_HW_EXPIRY_MARGIN_MS) * 1000000ull;
     if (until > hw_expire_ns)
         hw_expire_ns = until;
 }

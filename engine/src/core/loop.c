@@ -40,12 +40,16 @@ static int send_simple(struct fs_run *r, const char *type, struct fs_err *err)
 }
 
 /* Reads whatever control messages are waiting; enforces the no-progress deadline. */
+static int housekeeping_due(const struct fs_run *r, uint64_t now)
+{
+    return now >= r->last_hk_ns + FS_HOUSEKEEP_PERIOD_NS; /* `now` may predate the last pass */
+}
+
 static int housekeep(struct fs_run *r, uint64_t now, struct fs_err *err)
 {
     cJSON *m = NULL;
     int rc;
     r->last_hk_ns = now;
-    r->next_hk_ns = now + FS_HOUSEKEEP_PERIOD_NS;
     r->hk_passes++;
     while ((rc = fs_ctl_poll(&r->ctl, &m, err)) == 1) {
         const char *t = fs_ctl_type(m);
@@ -126,9 +130,9 @@ static int tick(struct fs_run *r, uint64_t now, uint64_t events, uint64_t not_be
         r->events_seen = events;
         r->last_activity_ns = now;
     }
-    int due = now >= r->next_hk_ns ||
+    int due = housekeeping_due(r, now) ||
               (want_count && r->peer_sent < 0 && now - r->last_activity_ns >= FS_QUIET_NS &&
-               now - r->last_hk_ns >= FS_QUIET_NS);
+               now >= r->last_hk_ns + FS_QUIET_NS);
     if (!due || now < not_before)
         return 0;
     return housekeep(r, now, err);
@@ -300,7 +304,7 @@ static int pingpong_initiator(struct fs_run *r, uint64_t size, uint64_t n_max, u
         i++;
         r->last_activity_ns = now;
         t0 = now;
-        if (now >= r->next_hk_ns) {
+        if (housekeeping_due(r, now)) {
             if (housekeep(r, now, err))
                 return -1;
             t0 = fs_now_ns(); /* housekeeping is not part of the next sample */
@@ -465,7 +469,6 @@ int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs
     r->peer_sent = -1;
     r->last_activity_ns = r->last_heartbeat_ns = fs_now_ns();
     r->last_hk_ns = r->last_activity_ns;
-    r->next_hk_ns = r->last_activity_ns + FS_HOUSEKEEP_PERIOD_NS;
     r->hk_passes = 0;
     r->events_seen = 0;
     uint64_t n_max, t_max;

@@ -334,8 +334,9 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
     cJSON_AddStringToObject(tr, "poll", r->block ? "block" : "busy");
     cJSON_AddStringToObject(tr, "control", r->ctl.peer_desc);
     /* How often each side read its control channel during the measurement: the engine's own
-     * work beside the measured path (a ping-pong at most every 100 ms, a stream every 1 ms, the
-     * idle target of reads and atomics only when the peer speaks or once a second). */
+     * work beside the measured path (every 100 ms while data flows; a side waiting for the
+     * peer's count also every 1 ms of quiet; the idle target of reads and atomics only when the
+     * peer speaks or once a second). */
     cJSON *polls = cJSON_AddObjectToObject(tr, "control_polls");
     cJSON_AddNumberToObject(polls, "local", (double)mine->control_polls);
     cJSON_AddNumberToObject(polls, "peer", (double)theirs->control_polls);

@@ -60,9 +60,8 @@ struct fs_run {
      * alive, not that the data path works, and must not hide a stuck run. */
     int idle_side;
     uint64_t last_heartbeat_ns;
-    uint64_t last_hk_ns;   /* when housekeeping last ran */
-    uint64_t hk_passes;    /* housekeeping passes in this phase */
-    uint64_t next_hk_ns;   /* housekeeping is due at this time */
+    uint64_t last_hk_ns;  /* when housekeeping last ran (it is due FS_HOUSEKEEP_PERIOD_NS on) */
+    uint64_t hk_passes;   /* housekeeping passes in this phase */
     uint64_t events_seen; /* completions counted at the last look at the clock */
     int64_t peer_sent; /* -1 until the peer's "sent" arrives */
     struct cJSON *peer_done; /* a "phase_done" that arrived while we were still looping */
