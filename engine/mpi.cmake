@@ -90,10 +90,11 @@ foreach(flavour IN LISTS FS_MPI_FLAVOURS)
   target_link_options(${t} PRIVATE ${FS_MPI_${flavour}_LOPTS})
   target_link_libraries(${t} PRIVATE $<TARGET_NAME_IF_EXISTS:fsproto> ${FS_MPI_${flavour}_LIBS}
                         PkgConfig::CJSON ${BACKEND_LIBS} m)
-  install(TARGETS ${t} RUNTIME DESTINATION bin)
+  install(TARGETS ${t} RUNTIME DESTINATION ${FS_BINDIR})
 endforeach()
 if(FS_MPI_FLAVOURS)
   message(STATUS "fabscope: MPI engines: ${FS_MPI_FLAVOURS}")
 else()
-  message(STATUS "fabscope: no mpicc.openmpi / mpicc.mpich: MPI engines not built")
+  message(STATUS "fabscope: no mpicc.openmpi / mpicc.mpich: MPI engines not built "
+                 "(apt-get install libopenmpi-dev and/or libmpich-dev)")
 endif()

@@ -37,9 +37,16 @@ if [ -z "${FABSCOPE_FAST:-}" ]; then
   python -m fabscope.testbed.softroce build --siw
 fi
 
+if [ -z "${FABSCOPE_FAST:-}" ]; then
+  stage "packaging: make deb (lintian: no errors); tests/packaging installs it into a clean Debian root"
+  bash scripts/build-deb.sh
+  FABSCOPE_DEB=$(ls build/deb/fabscope_*_"$(dpkg --print-architecture)".deb)
+  export FABSCOPE_DEB
+fi
+
 stage "python: unit and integration tests"
 markers="not soak"
-[ -n "${FABSCOPE_FAST:-}" ] && markers="not softroce and not soak"
+[ -n "${FABSCOPE_FAST:-}" ] && markers="not softroce and not soak and not packaging"
 python -m pytest -q -p no:cacheprovider --durations=20 ${markers:+-m "$markers"} tests
 
 if [ -z "${FABSCOPE_FAST:-}" ]; then

@@ -1,4 +1,5 @@
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "check.h"
@@ -17,6 +18,25 @@ static size_t frame(uint8_t *out, const char *json)
 
 int main(void)
 {
+    /* The frame MAC agrees with the front end's (python: auth.frame_mac(bytes(range(32)), "c", 5,
+     * b'{"type":"sent","n":7}')), and the direction and the sequence number change it. */
+    {
+        uint8_t key[32], mac[32], other[32];
+        for (int i = 0; i < 32; i++)
+            key[i] = (uint8_t)i;
+        const char *body = "{\"type\":\"sent\",\"n\":7}";
+        static const char want[] =
+            "ab0fa20b59280b5226e4b660d0ffe1539b9f0edd21ee57fcd7b030c25c517567";
+        fs_ctl_frame_mac(key, 'c', 5, (const uint8_t *)body, strlen(body), mac);
+        char hex[65];
+        for (int i = 0; i < 32; i++)
+            snprintf(hex + 2 * i, 3, "%02x", mac[i]);
+        CHECK(strcmp(hex, want) == 0);
+        fs_ctl_frame_mac(key, 's', 5, (const uint8_t *)body, strlen(body), other);
+        CHECK(memcmp(mac, other, 32) != 0);
+        fs_ctl_frame_mac(key, 'c', 6, (const uint8_t *)body, strlen(body), other);
+        CHECK(memcmp(mac, other, 32) != 0);
+    }
     uint8_t buf[1024];
     size_t used = 0;
     cJSON *m = NULL;

@@ -99,6 +99,12 @@ int main(void)
     CHECK(strcmp(fs_datapath_owner(&server[0].ifa, "10.201.0.2"), "fabric0") == 0);
     CHECK(strcmp(fs_datapath_owner(&server[0].ifa, "fd01::2"), "fabric0") == 0);
     CHECK(fs_datapath_owner(&server[0].ifa, "10.201.0.9") == NULL);
+    /* An interface's own address (ofi binds a domain that is an interface with it): IPv4 first. */
+    CHECK(fs_datapath_addr_of(&server[0].ifa, "fabric0", addr, sizeof addr) == 0);
+    CHECK(strcmp(addr, "10.201.0.2") == 0);
+    CHECK(fs_datapath_addr_of(&server[0].ifa, "mgmt0", addr, sizeof addr) == 0);
+    CHECK(strcmp(addr, "10.202.0.2") == 0);
+    CHECK(fs_datapath_addr_of(&server[0].ifa, "nosuch0", addr, sizeof addr) == -1);
 
     /* RDMA devices by the netdev they send through, in real sysfs layouts: rxe0 of the
      * Soft-RoCE guest (ndevs/0 = eth0) and a pod's mlx5_1 (only entries 4-7 populated: net2). */

@@ -6,6 +6,14 @@
 
 int main(void)
 {
+    /* Values in messages: quoted, a newline visible, long ones cut with their length said. */
+    char sv[FS_SHOWN_LEN];
+    CHECK(strcmp(fs_shown("lo\n", sv, sizeof sv), "'lo\\n'") == 0);
+    CHECK(strcmp(fs_shown("a'b\\\xff", sv, sizeof sv), "'a\\'b\\\\\\xff'") == 0);
+    char big[5000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    CHECK(strlen(fs_shown(big, sv, sizeof sv)) < 100 && strstr(sv, "... (4999 characters)"));
     uint64_t v;
     CHECK(fs_parse_size("8", &v) == 0 && v == 8);
     CHECK(fs_parse_size("4K", &v) == 0 && v == 4096);

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from . import __version__, argtypes, compare, control, history
-from .errors import EXIT_MISROUTED, EXIT_OK, EXIT_PEER, EXIT_USAGE, FabscopeError
+from . import argtypes, compare, control, history
+from .errors import EXIT_OK, EXIT_USAGE, FabscopeError
 
 DELEGATED = ("devices", "doctor", "testbed")
 
@@ -41,6 +42,8 @@ class Parser(argtypes.ArgumentParser):
 
 
 def _add_engine_options(p: argparse.ArgumentParser, table: dict[str, Any], skip: frozenset[str] = frozenset()) -> None:
+    from .engine import option_help
+
     seen: set[str] = set(skip)
     core = p.add_argument_group("measurement options (engine)")
     groups = [(core, table["core"])] + [
@@ -52,12 +55,7 @@ def _add_engine_options(p: argparse.ArgumentParser, table: dict[str, Any], skip:
             if name in CLI_MANAGED or name in seen:
                 continue
             seen.add(name)
-            text = row["help"]
-            if row.get("allowed"):
-                text += f" [{', '.join(row['allowed'])}]"
-            if row.get("default"):
-                text += f" (default {row['default']})"
-            kwargs: dict[str, Any] = {"dest": f"eng:{name}", "default": argparse.SUPPRESS, "help": text}
+            kwargs: dict[str, Any] = {"dest": f"eng:{name}", "default": argparse.SUPPRESS, "help": option_help(row)}
             if row["type"] == "bool":
                 kwargs.update(nargs="?", const="true", metavar="yes|no")
             else:
@@ -65,17 +63,20 @@ def _add_engine_options(p: argparse.ArgumentParser, table: dict[str, Any], skip:
             group.add_argument(f"--{name}", **kwargs)
 
 
+def _engine_options(ns: argparse.Namespace) -> list[tuple[str, str]]:
+    """The engine options given on the command line, by name, in the parser's order."""
+    return [(k[4:], str(v)) for k, v in vars(ns).items() if k.startswith("eng:")]
+
+
 def _engine_args(ns: argparse.Namespace) -> list[str]:
-    return [f"--{k[4:]}={v}" for k, v in vars(ns).items() if k.startswith("eng:")]
+    return [f"--{k}={v}" for k, v in _engine_options(ns)]
 
 
 def _run(ns: argparse.Namespace) -> int:
-    from . import runner
+    from . import plan
     from .report.render import RENDERERS
     from .results import Result
 
-    args = _engine_args(ns)
-    timeout = float(getattr(ns, "eng:timeout", 10))
     key = _key(ns)
     progress = _progress(ns)
     keep = history.recorder(ns, "run")  # opened before anything runs: a bad --store fails up front
@@ -91,30 +92,105 @@ def _run(ns: argparse.Namespace) -> int:
         if progress:
             progress(rec)
 
+    cap = _capture_start(ns)
+    captured: dict[str, Any] | None = None
     try:
-        if getattr(ns, "eng:backend", "") == "mpi":
-            outcome = _run_mpi(ns, args, timeout, on_record)
-        elif ns.loopback:
-            outcome = runner.run_loopback(args + ["--format=json"], timeout, on_record, pin=not ns.no_pin)
-        else:
-            outcome = runner.run_peer(args + ["--format=json"], ns.peer, timeout, on_record, key=key)
+        outcome = plan.execute(_plan(ns, key), on_record)
     finally:
         if keep:
             keep.close()
+        if cap is not None:
+            from .capture import finish
+
+            captured = finish(cap)
     if progress:
         progress(None)
     if not streaming:
         sys.stdout.write(RENDERERS[ns.format](outcome.records))
         sys.stdout.flush()
+    if captured is not None:
+        _capture_report(ns, captured, streaming)
     for note in dict.fromkeys(outcome.notes):
         print(f"fabscope: note: {note}", file=sys.stderr)
     if outcome.error:
         kept = f" ({len(outcome.records)} size(s) measured before that are shown above)" if outcome.records else ""
         print(f"fabscope: {outcome.error}{kept}", file=sys.stderr)
-        return outcome.exit_code or 4
-    if any(r.misrouted for r in outcome.records):
-        return EXIT_MISROUTED
-    return EXIT_OK
+    return plan.exit_code(outcome)
+
+
+def _plan(ns: argparse.Namespace, key: Any) -> Any:
+    """`run`'s RunPlan (plan.py, the one owner of what the engines are told): its engine options as
+    parsed, and where the two ends run."""
+    from . import plan
+
+    where: plan.Where
+    if getattr(ns, "eng:backend", "") == "mpi":
+        where = plan.MpiLaunch(mpi=ns.mpi, launcher=ns.launcher, hosts=tuple(ns.hosts or ()),
+                               mca=tuple(ns.mca or ()), env=tuple(ns.env or ()))
+    elif ns.loopback:
+        where = plan.Loopback(pin=not ns.no_pin)
+    else:
+        where = plan.Peer(ns.peer, key=key)
+    options = _engine_options(ns)
+    preload = None
+    if ns.preload:
+        # The tcp engine gets no --device under the preload (it would bind to a netdev, which rsocket
+        # refuses): the RDMA device named there is what the path verdict judges (rspreload.py).
+        from .rspreload import Preload
+
+        preload = Preload.of(ns.preload, getattr(ns, "eng:device", None))
+        options = [(k, v) for k, v in options if k != "device"]
+    return plan.RunPlan.of(options, where, preload=preload)
+
+
+def _capture_start(ns: argparse.Namespace) -> Any:
+    """--capture: tcpdump listening before any engine starts (capture.py), or None."""
+    if not ns.capture:
+        return None
+    from pathlib import Path
+
+    from .capture import DEFAULT_MAX_PACKETS, DEFAULT_SNAPLEN, Capture, capture_filter, choose_netdev
+
+    netdev = choose_netdev(getattr(ns, "eng:device", None), ns.peer, bool(ns.loopback))
+    bpf = capture_filter(str(getattr(ns, "eng:backend", "tcp")), bool(ns.preload))
+    return Capture.start(Path(ns.capture), netdev, bpf, ns.capture_snaplen or DEFAULT_SNAPLEN,
+                         ns.capture_max_packets or DEFAULT_MAX_PACKETS)
+
+
+def _capture_report(ns: argparse.Namespace, captured: dict[str, Any], streaming: bool) -> None:
+    """The summary: a JSON line after the results (--format json), else lines under the table; and
+    always FILE.pcap.json beside the capture."""
+    import json
+    from pathlib import Path
+
+    from .capture import render_summary
+
+    Path(f"{ns.capture}.json").write_text(json.dumps(captured, indent=1) + "\n")
+    sys.stdout.write(json.dumps(captured) + "\n" if streaming else render_summary(captured))
+    sys.stdout.flush()
+
+
+def _check_capture_preload(ns: argparse.Namespace, backend: str) -> None:
+    """--preload only with --backend tcp, on a host with an RDMA device; --capture into a writable
+    directory; the capture limits only with --capture."""
+    from pathlib import Path
+
+    if ns.preload:
+        if backend != "tcp":
+            raise FabscopeError(f"--preload applies only to --backend tcp (an unmodified sockets program under the "
+                                f"library), but this run is --backend {backend}: drop it, or use --backend tcp",
+                                EXIT_USAGE)
+        from . import rspreload
+
+        rspreload.find_library(ns.preload)
+        rspreload.check_host(getattr(ns, "eng:device", None))
+    limits = [flag for flag, value in (("--capture-snaplen", ns.capture_snaplen),
+                                       ("--capture-max-packets", ns.capture_max_packets)) if value]
+    _refuse(limits if not ns.capture else [], "--capture FILE.pcap", "without --capture", "")
+    if ns.capture:
+        parent = Path(ns.capture).resolve().parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise FabscopeError(f"--capture {ns.capture}: cannot write in {parent}", EXIT_USAGE)
 
 
 def _key(ns: argparse.Namespace) -> Any:
@@ -144,12 +220,14 @@ def _check_run(ns: argparse.Namespace) -> None:
     backend = str(getattr(ns, "eng:backend", "tcp"))
     given_mpi = [flag for flag, value in (("--mpi", ns.mpi), ("--launcher", ns.launcher), ("--mca", ns.mca),
                                           ("--env", ns.env), ("--hosts", ns.hosts)) if value]
+    _check_capture_preload(ns, backend)
     if backend != "mpi":
         _refuse(given_mpi, "--backend mpi (they configure the MPI launch)", f"--backend {backend}",
                 ", or add --backend mpi")
         _refuse(["--no-pin"] if ns.no_pin and not ns.loopback else [], "--loopback (both engines on this host)",
                 "--peer", "")
-        validate_args(_engine_args(ns))
+        # under --preload, --device names the RDMA device the verdict judges, not the engine's netdev
+        validate_args([a for a in _engine_args(ns) if not (ns.preload and a.startswith("--device="))])
         return
     if ns.peer:
         raise FabscopeError(
@@ -165,27 +243,15 @@ def _check_run(ns: argparse.Namespace) -> None:
     _refuse(["--mca"] if ns.mca and ns.mpi != "openmpi" else [],
             "--mpi openmpi (MCA parameters are Open MPI's; MPICH takes MPIR_CVAR_* variables with --env)",
             f"--mpi {ns.mpi}", "")
+    from .mpi_params import check_names
     from .mpirun import find_mpi_engine
 
+    check_names(ns.mpi, (k for k, _ in ns.mca or []), (k for k, _ in ns.env or []))
     try:
         binary = find_mpi_engine(ns.mpi)
     except FileNotFoundError as exc:
         raise FabscopeError(str(exc), EXIT_USAGE) from exc
     validate_args(_engine_args(ns), binary)
-
-
-def _run_mpi(ns: argparse.Namespace, args: list[str], timeout: float, on_record: Any) -> Any:
-    """Both ranks under the MPI launcher; rank 0 prints records like a client engine."""
-    from . import runner
-    from .mpirun import NodesUnavailable
-
-    try:
-        return runner.run_mpi(args, timeout, on_record, mpi=ns.mpi, launcher=ns.launcher,
-                              mca=dict(ns.mca or []), env=dict(ns.env or []), hosts=ns.hosts)
-    except (ValueError, FileNotFoundError) as exc:
-        raise FabscopeError(str(exc), EXIT_USAGE) from exc
-    except NodesUnavailable as exc:
-        raise FabscopeError(str(exc), EXIT_PEER) from exc
 
 
 def _progress(ns: argparse.Namespace) -> Any:
@@ -306,9 +372,21 @@ def _exporter(ns: argparse.Namespace) -> int:
     return serve(ns.listen, sysfs_root=root, exclude=ns.exclude_devices, results=ns.results, store=ns.store)
 
 
+class _VersionAction(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from .engine import version_report
+
+        text, ok = version_report()
+        print(text)
+        raise SystemExit(EXIT_OK if ok else 1)
+
+
 def build_parser(with_engine: bool = True) -> Parser:
     p = Parser(prog="fabscope", description="Measure and diagnose high-speed networks (RDMA, UCX, libfabric, MPI, TCP).")
-    p.add_argument("--version", action="version", version=f"fabscope {__version__}")
+    p.add_argument("--version", action=_VersionAction, nargs=0,
+                   help="this fabscope's version, its engine's (one version) and the backends built; exit 1 when "
+                        "the engine is missing or another version")
     sub = p.add_subparsers(dest="command", parser_class=Parser, required=True)
 
     run = sub.add_parser("run", help="measure: both ends here (--loopback) or against `fabscope serve` (--peer)")
@@ -324,6 +402,18 @@ def build_parser(with_engine: bool = True) -> Parser:
                      help="with --peer: the shared key of that `fabscope serve` (the file its --key-file names)")
     run.add_argument("--no-pin", action="store_true",
                      help="--loopback (not with --backend mpi): do not pin the two engines to different CPUs")
+    pk = run.add_argument_group("sockets over RDMA and packet capture")
+    pk.add_argument("--preload", metavar="rsocket|PATH", default=None,
+                    help="--backend tcp only: run the engines under librspreload.so (`rsocket`: the one librdmacm "
+                         "installed) or the preload library PATH; reported as `tcp (rspreload)` and judged against "
+                         "the RDMA device, so a silent fallback to kernel TCP shows as misrouted")
+    pk.add_argument("--capture", metavar="FILE.pcap", default=None,
+                    help="capture the run's packets on the device's netdev with tcpdump (needs CAP_NET_RAW) and "
+                         "print a summary per BTH opcode (decoded by tshark)")
+    pk.add_argument("--capture-snaplen", metavar="BYTES", type=argtypes.int_range(64, 65535), default=None,
+                    help="bytes kept of each captured packet (default 128: the headers)")
+    pk.add_argument("--capture-max-packets", metavar="N", type=argtypes.int_range(1, 10**8), default=None,
+                    help="stop capturing after N packets (default 200000), so a long run cannot fill the disk")
     # The MPI options default to None so that giving one without --backend mpi can be refused
     # (MPI_DEFAULTS fills them in for mpi runs).
     mpi = run.add_argument_group("--backend mpi (point-to-point as MPI users see it, under a launcher); "

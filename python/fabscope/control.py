@@ -3,13 +3,16 @@ big-endian length, then one JSON object with a string "type"; a size cap; a dead
 
 from __future__ import annotations
 
+import hmac
 import json
+import os
 import socket
 import struct
 import time
 from typing import Any
 
 from . import __version__, auth
+from .argtypes import shown
 from .errors import EXIT_PEER, EXIT_USAGE, FabscopeError
 
 # 2: `fabscope serve` authenticates (auth.py) and each size's counters follow both sides' phase_done
@@ -48,7 +51,19 @@ def _read_exact(sock: socket.socket, n: int, deadline: float, peer: str) -> byte
     return b"".join(chunks)
 
 
-def recv(sock: socket.socket, timeout_s: float, peer: str = "the peer") -> dict[str, Any]:
+def send_sealed(sock: socket.socket, msg: dict[str, Any], timeout_s: float, session: bytes, direction: str,
+                seq: int) -> None:
+    """send() of a frame after the welcome of a keyed session: its MAC follows its body
+    (auth.frame_mac; `direction` 'c' or 's', `seq` this side's count of frames sent)."""
+    data = encode(msg)
+    sock.settimeout(timeout_s)
+    sock.sendall(data + auth.frame_mac(session, direction, seq, data[4:]))
+
+
+def recv(sock: socket.socket, timeout_s: float, peer: str = "the peer",
+         sealed: tuple[bytes, str, int] | None = None) -> dict[str, Any]:
+    """One frame. `sealed` = (session key, the sender's direction, its sequence number): the frame
+    carries a MAC, checked before its body is read (a failure ends the session, exit 3)."""
     deadline = time.monotonic() + timeout_s
     (length,) = struct.unpack(">I", _read_exact(sock, 4, deadline, peer))
     if length == 0 or length > MAX_FRAME:
@@ -57,8 +72,15 @@ def recv(sock: socket.socket, timeout_s: float, peer: str = "the peer") -> dict[
             "not a fabscope peer of this protocol",
             EXIT_PEER,
         )
+    body = _read_exact(sock, length, deadline, peer)
+    if sealed is not None:
+        session, direction, seq = sealed
+        tag = _read_exact(sock, auth.MAC_BYTES, deadline, peer)
+        if not hmac.compare_digest(tag, auth.frame_mac(session, direction, seq, body)):
+            raise FabscopeError(f"control frame {seq} from {peer} failed its authentication (changed, replayed, "
+                                "dropped or reordered on the way): session ended", EXIT_PEER)
     try:
-        msg = json.loads(_read_exact(sock, length, deadline, peer))
+        msg = json.loads(body)
     except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested beyond Python's stack
         raise FabscopeError(f"{peer} sent a control frame that is not JSON ({str(exc)[:80]})", EXIT_PEER) from exc
     if not isinstance(msg, dict) or not isinstance(msg.get("type"), str):
@@ -103,8 +125,9 @@ def split_hostport(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, in
         host, _, port = text.partition(":")
     else:
         host, port = text, ""
-    if not host or (port and not port.isdigit()) or (port and not 0 <= int(port) <= 65535):
-        raise FabscopeError(f"'{text}' is not HOST, HOST:PORT or [IPv6]:PORT")
+    # ASCII digits only: str.isdigit() and int() also take '２８２５０' (fullwidth) and '²'.
+    if not host or (port and not (port.isascii() and port.isdigit())) or (port and not 0 <= int(port) <= 65535):
+        raise FabscopeError(f"{shown(text)} is not HOST, HOST:PORT or [IPv6]:PORT")
     return host, int(port) if port else default_port
 
 
@@ -153,8 +176,10 @@ def _refused(msg: dict[str, Any], desc: str) -> FabscopeError:
     return FabscopeError(f"the peer {desc} refused: {text}", code if code in (EXIT_USAGE, EXIT_PEER) else EXIT_PEER)
 
 
-def client_handshake(sock: socket.socket, desc: str, service: str, key: auth.Key | None, timeout_s: float) -> None:
-    """Hello and authentication on a connected socket; raises FabscopeError (exit 3 unless said)."""
+def client_handshake(sock: socket.socket, desc: str, service: str, key: auth.Key | None,
+                     timeout_s: float) -> bytes | None:
+    """Hello and authentication on a connected socket; raises FabscopeError (exit 3 unless said).
+    Returns the session key (auth.session_key) when the serve authenticated, else None."""
     greeting = recv(sock, timeout_s, desc)
     kind = greeting["type"]
     if kind in ("busy", "error"):
@@ -173,7 +198,7 @@ def client_handshake(sock: socket.socket, desc: str, service: str, key: auth.Key
     if scheme is None and service == "engine" and key is None:
         # A bare `fabscope-engine --listen` (engine-to-engine, no serve): it takes the plain hello.
         send(sock, client_hello(service, client_nonce), timeout_s)
-        return
+        return None
     hello = client_hello(service, client_nonce)
     server_nonce = greeting.get("nonce")
     if scheme == auth.SCHEME:
@@ -222,18 +247,48 @@ def client_handshake(sock: socket.socket, desc: str, service: str, key: auth.Key
                 "it is not the fabscope serve you started (check the address)",
                 EXIT_PEER,
             )
+        assert isinstance(server_nonce, str)
+        return auth.session_key(key, service, server_nonce, client_nonce)
+    return None
 
 
 def open_session(peer: str, service: str, key: auth.Key | None, timeout_s: float) -> socket.socket:
     """A connected, authenticated socket to `fabscope serve` at peer (HOST[:PORT]), in blocking mode,
-    ready to hand to an engine (`--peer-fd N --session-open 1`) or to speak `service` on."""
+    ready to speak `service` on (an engine session needs its session key too: open_session_keyed)."""
+    return open_session_keyed(peer, service, key, timeout_s)[0]
+
+
+def session_key_fd(session: bytes) -> int:
+    """A pipe's read end holding the session key as 64 hex digits, for an engine's
+    `--session-key-fd N` (pass it with pass_fds, close it after the engine started)."""
+    rfd, wfd = os.pipe()
+    try:
+        os.write(wfd, session.hex().encode())
+    finally:
+        os.close(wfd)
+    return rfd
+
+
+def engine_session_args(session: bytes | None) -> tuple[list[str], list[int]]:
+    """The engine options and descriptors that hand it the session key (none without a key)."""
+    if session is None:
+        return [], []
+    fd = session_key_fd(session)
+    return ["--session-key-fd", str(fd)], [fd]
+
+
+def open_session_keyed(peer: str, service: str, key: auth.Key | None,
+                       timeout_s: float) -> tuple[socket.socket, bytes | None]:
+    """open_session, and the session key when the serve authenticated (None otherwise): an engine
+    handed this socket (`--peer-fd N --session-open 1`) gets it with engine_session_args, and then
+    every frame it exchanges is authenticated."""
     host, port = split_hostport(peer)
     desc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     sock = connect(host, port, timeout_s)
     try:
-        client_handshake(sock, desc, service, key, timeout_s)
+        session = client_handshake(sock, desc, service, key, timeout_s)
         sock.settimeout(None)
-        return sock
+        return sock, session
     except (FabscopeError, OSError) as exc:
         sock.close()
         if isinstance(exc, OSError):

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,10 @@ def _candidates(name: str) -> list[Path]:
     env = os.environ.get("FABSCOPE_ENGINE_DIR")
     if env:
         found.append(Path(env) / name)
-    # Installed into the same prefix as this Python (the repo's .venv): the normal case.
+    # Installed into the same prefix as this Python (the repo's .venv, a pip-built venv, /usr from the
+    # .deb): the normal case. `pip install --user` puts it in the user scheme's scripts directory.
     found.append(Path(sys.prefix) / "bin" / name)
+    found.append(Path(sysconfig.get_path("scripts", f"{os.name}_user")) / name)
     which = shutil.which(name)
     if which:
         found.append(Path(which))
@@ -75,6 +78,16 @@ def option_table() -> dict[str, Any]:
     return table
 
 
+def option_help(row: dict[str, Any]) -> str:
+    """One option-table row's help as every listing shows it: the text, the allowed values, the default."""
+    text = str(row["help"])
+    if row.get("allowed"):
+        text += f" [{', '.join(row['allowed'])}]"
+    if row.get("default"):
+        text += f" (default {row['default']})"
+    return text
+
+
 def backends() -> dict[str, Any]:
     result: dict[str, Any] = option_table()["backends"]
     return result
@@ -104,3 +117,27 @@ def validate_args(engine_args: Sequence[str], binary: Path | None = None) -> Non
     own = [ln for ln in lines if ln.startswith("fabscope-engine")]  # not an MPI library's chatter
     message = (own or lines or [f"exited with {out.returncode}"])[-1].removeprefix("fabscope-engine: ")
     raise FabscopeError(message, out.returncode if out.returncode > 0 else EXIT_MEASURE)
+
+
+def version_report() -> tuple[str, bool]:
+    """`fabscope --version`: this front end's version, the engine it runs (path, version, the backends
+    it was built with) and the MPI engines found; ok is False when the engine is missing or reports
+    another version than the front end (one fabscope is one version, everywhere)."""
+    from . import __version__
+    from .mpirun import MPI_FLAVOURS, _engine_name
+
+    lines = [f"fabscope {__version__}"]
+    try:
+        path = engine_path()
+        table = option_table()
+    except FabscopeError as exc:
+        return "\n".join([*lines, f"engine: unusable: {exc.message}"]), False
+    version = str(table.get("version", "?"))
+    ok = version == __version__
+    lines.append(f"engine: {path} (version {version})" if ok else
+                 f"engine: {path} reports version {version}, but this front end is {__version__}: install both "
+                 "from one fabscope (`make setup` in a checkout, or one package)")
+    lines.append(f"backends built: {', '.join(backends())}")
+    mpi = [f"{flavour} ({found})" for flavour in MPI_FLAVOURS if (found := locate(_engine_name(flavour))[0])]
+    lines.append(f"MPI engines: {', '.join(mpi) if mpi else 'none found'}")
+    return "\n".join(lines), ok

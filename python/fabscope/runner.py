@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from .auth import Key
-from .control import open_session
+from .control import engine_session_args, open_session_keyed
 from .engine import engine_path
 from .errors import EXIT_MEASURE, EXIT_PEER, FabscopeError
 from .mpirun import (
@@ -218,6 +218,7 @@ def run_loopback(
     on_record: OnResult | None = None,
     pin: bool = True,
     env: dict[str, str] | None = None,
+    amend: Callable[[Record], None] | None = None,
 ) -> RunOutcome:
     """Both engines on this host over 127.0.0.1, pinned to different CPUs where possible."""
     engine = str(engine_path())
@@ -240,7 +241,7 @@ def run_loopback(
             client_cmd = [engine, "--peer", f"127.0.0.1:{port}", "--timeout", str(timeout_s), *engine_args]
             if client_cpu is not None and not any(a.startswith("--cpu") for a in engine_args):
                 client_cmd += ["--cpu", str(client_cpu)]
-            outcome = stream_client(client_cmd, timeout_s, on_record, env)
+            outcome = stream_client(client_cmd, timeout_s, on_record, env, amend=amend)
             try:
                 server.wait(timeout=timeout_s + 5)
             except subprocess.TimeoutExpired:
@@ -260,6 +261,7 @@ def run_peer(
     on_record: OnResult | None = None,
     env: dict[str, str] | None = None,
     key: Key | None = None,
+    amend: Callable[[Record], None] | None = None,
 ) -> RunOutcome:
     """The client engine against `fabscope serve` (or a listening engine) on another host. The
     hello and authentication happen here (control.open_session, the one client-side owner of
@@ -267,10 +269,16 @@ def run_peer(
     FabscopeError: the session could not be opened (exit 3). The caller checks the options first
     (engine.validate_args, as `fabscope run` does), so that a usage error never touches the network."""
     args = ["--timeout", str(timeout_s), *engine_args]
-    with open_session(peer, "engine", key, timeout_s) as sock:
+    sock, session = open_session_keyed(peer, "engine", key, timeout_s)
+    key_args, key_fds = engine_session_args(session)  # every frame after the welcome is MACed
+    with sock:
         fd = sock.fileno()
-        cmd = [str(engine_path()), "--peer-fd", str(fd), "--session-open", "1", *args]
-        outcome = stream_client(cmd, timeout_s, on_record, env, pass_fds=[fd])
+        cmd = [str(engine_path()), "--peer-fd", str(fd), "--session-open", "1", *key_args, *args]
+        try:
+            outcome = stream_client(cmd, timeout_s, on_record, env, amend=amend, pass_fds=[fd, *key_fds])
+        finally:
+            for kfd in key_fds:
+                os.close(kfd)
     if outcome.exit_code == 0 and not outcome.records:
         outcome.exit_code = EXIT_PEER
         outcome.error = outcome.error or f"no results came back from {peer}"

@@ -2,8 +2,14 @@
 at a time, on a network where not every client is honest.
 
 - Handshakes run concurrently, each in its own thread with its own short deadline (independent of
-  --timeout), so a silent, slow or garbage-sending connection never holds up an honest client;
-  connections are bounded per source address and in total.
+  --timeout), so a silent, slow or garbage-sending connection never holds up an honest client.
+- Connections that have not authenticated yet have a small budget of their own (--max-connections,
+  --max-connections-per-source): when it is full, a new connection takes the slot of the oldest
+  unauthenticated one (of its own address when that address holds its share, else of the address
+  holding the most), and while more than half the slots are taken a handshake gets 1 s instead of
+  3 s. So a flood of slow-loris connections, from any number of addresses, cannot keep an honest
+  client (whose handshake takes milliseconds) from being served. Authenticated connections leave
+  that budget.
 - Off loopback a shared key is required (auth.py: HMAC-SHA256 challenge-response); --allow limits
   the source networks; serve_policy.py bounds what a client may ask (size, memory, time, rate).
 - Each run is an engine (or a doctor child) handed the accepted, authenticated socket; a second
@@ -15,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hmac
 import ipaddress
 import json
+import math
 import os
 import select
 import signal
@@ -49,6 +57,11 @@ from .serve_policy import (
 # Hello + authentication must finish within this, whatever --timeout says: it bounds how long a
 # silent or slow-loris connection holds one of the --max-connections slots.
 HANDSHAKE_TIMEOUT_S = 3.0
+# Under pressure (more than half of the handshake slots taken) a handshake gets only this long: an
+# honest one takes milliseconds, a slow-loris one is dropped three times sooner.
+HANDSHAKE_PRESSED_S = 1.0
+# How often the accept loop looks for handshakes over their (load-dependent) deadline.
+SWEEP_S = 0.1
 # After "welcome" the client starts its engine, which sends the run's config: allow for a slow start.
 CONFIG_TIMEOUT_S = 10.0
 MAX_CONFIG_FRAME = 64 * 1024
@@ -66,6 +79,10 @@ REFUSAL_LOG_RATE = 20
 
 def add_arguments(srv: argparse.ArgumentParser) -> None:
     """serve's options beyond --bind/--port/--device/--timeout (cli.py defines those)."""
+    srv.add_argument("--preload", metavar="rsocket|PATH", default=None,
+                     help="start every engine under this LD_PRELOAD library (`rsocket`: librdmacm's librspreload.so): "
+                          "the peer of `fabscope run --backend tcp --preload rsocket`; run a second serve on another "
+                          "--port for plain runs")
     sec = srv.add_argument_group("who may connect")
     sec.add_argument("--key-file", metavar="FILE", default=None,
                      help="shared key clients must prove they hold (HMAC-SHA256 challenge-response); required "
@@ -75,10 +92,12 @@ def add_arguments(srv: argparse.ArgumentParser) -> None:
     sec.add_argument("--allow", metavar="CIDR[,CIDR...]", type=argtypes.cidr_list, default=None,
                      help="accept connections only from these networks (default: any)")
     sec.add_argument("--max-connections", metavar="N", type=argtypes.int_range(1, 4096), default=Limits.max_connections,
-                     help=f"handshakes in progress at once (default {Limits.max_connections})")
+                     help="unauthenticated connections (in their handshake) at once; when full, a new one takes the "
+                          f"oldest one's slot (default {Limits.max_connections})")
     sec.add_argument("--max-connections-per-source", metavar="N", type=argtypes.int_range(1, 4096),
                      default=Limits.max_connections_per_source,
-                     help=f"handshakes in progress at once from one address (default {Limits.max_connections_per_source})")
+                     help="unauthenticated connections at once from one address; when full, its oldest gives way "
+                          f"(default {Limits.max_connections_per_source})")
     lim = srv.add_argument_group("what a client may ask")
     lim.add_argument("--max-size", metavar="SIZE", type=argtypes.byte_size(1, 1 << 40), default=Limits.max_size,
                      help=f"largest message size (default {format_bytes(Limits.max_size)})")
@@ -93,7 +112,7 @@ def add_arguments(srv: argparse.ArgumentParser) -> None:
                      help=f"largest --iters / --warmup per size (default {Limits.max_iters})")
     lim.add_argument("--max-runs-per-minute", metavar="N", type=argtypes.int_range(1, 10**6), default=Limits.max_runs_per_minute,
                      help=f"runs per minute from one client address (default {Limits.max_runs_per_minute})")
-    srv.add_argument("--log", metavar="FILE", default=None,
+    srv.add_argument("--log", metavar="FILE", default=None, type=argtypes.file_to_use_or_create,
                      help="append the JSON log lines (one per run and per refusal) to FILE instead of stderr")
 
 
@@ -120,7 +139,7 @@ def check_engine_args(engine_args: Sequence[str]) -> None:
         return
     except FabscopeError as first:
         device = next((a.split("=", 1)[1] for a in engine_args if a.startswith("--device=")), None)
-        if device is None or first.exit_code != EXIT_USAGE:
+        if not device or first.exit_code != EXIT_USAGE:  # '' is refused as it is, by every backend
             raise
         from .devices import discover
 
@@ -169,20 +188,24 @@ class ServeConfig:
     timeout_s: float = 10.0
     log_path: str | None = None
     max_runs: int | None = None
+    engine_env: dict[str, str] | None = None  # --preload: the engines' environment
 
 
 def _check_log_path(path: str) -> None:
     """--log must be appendable; checked without creating it (a check has no side effects)."""
     target = Path(path)
-    where = target if target.exists() else target.parent
-    if target.exists() and not target.is_file():
-        why = "not a regular file"
-    elif not where.is_dir() and not target.exists():
-        why = f"no directory {where}"
-    elif not os.access(where, os.W_OK):
-        why = "not writable by this user"
-    else:
-        return
+    try:
+        where = target if target.exists() else target.parent
+        if target.exists() and not target.is_file():
+            why = "not a regular file"
+        elif not where.is_dir() and not target.exists():
+            why = f"no directory {argtypes.shown(str(where))}"
+        elif not os.access(where, os.W_OK):
+            why = "not writable by this user"
+        else:
+            return
+    except OSError as exc:  # a name too long for the file system, a loop of links, ...
+        why = exc.strerror or str(exc)
     raise FabscopeError(f"serve --log {argtypes.shown(path)}: {why}", EXIT_USAGE)
 
 
@@ -190,13 +213,22 @@ def config_from_args(ns: argparse.Namespace, engine_args: list[str]) -> ServeCon
     """serve's options, checked (exit 2 with the fix for anything wrong), before it listens."""
     key = check_auth(ns.bind, ns.port, ns.key_file, ns.insecure_no_auth)
     check_engine_args(engine_args)
-    if ns.log:
-        _check_log_path(ns.log)
+    log_path = None if ns.log is None else str(ns.log)
+    if log_path is not None:
+        _check_log_path(log_path)
     timeout = next((float(a.split("=", 1)[1]) for a in engine_args if a.startswith("--timeout=")), 10.0)
     limits = Limits(max_size=ns.max_size, max_memory=ns.max_memory, max_duration_s=ns.max_duration,
                     max_iters=ns.max_iters, max_runs_per_minute=ns.max_runs_per_minute,
                     max_connections=ns.max_connections, max_connections_per_source=ns.max_connections_per_source)
-    return ServeConfig(ns.bind, ns.port, engine_args, key, ns.allow, limits, timeout, ns.log, ns.max_runs)
+    engine_env = None
+    if getattr(ns, "preload", None):
+        from . import rspreload
+
+        library = rspreload.find_library(ns.preload)
+        rspreload.check_host(None)
+        engine_env = rspreload.engine_env(library)
+    return ServeConfig(ns.bind, ns.port, engine_args, key, ns.allow, limits, timeout, log_path, ns.max_runs,
+                       engine_env)
 
 
 # ---- the log ------------------------------------------------------------------------------------
@@ -268,11 +300,33 @@ class Conn:
 
 
 @dataclass
+class Pending:
+    """A connection still in its handshake: not authenticated, so it holds one of the small
+    --max-connections budget of handshake slots, and may be evicted for a newer one."""
+
+    conn: Conn
+    started: float
+    evicted: str | None = None  # why it was dropped (said to it, logged once)
+
+
+@dataclass
 class Handshake:
     service: str
     key_id: str | None
     welcome: dict[str, Any]
     options: dict[str, Any] | None = None  # the run's config as the client sent it (for the log)
+    session: bytes | None = None  # the session key: every frame after the welcome carries its MAC
+    timeout_s: float | None = None  # the client's --timeout, as adopted (adopted_timeout)
+
+
+def adopted_timeout(msg: dict[str, Any], cfg: ServeConfig) -> float:
+    """The peer engine's --timeout: the client's own (its config's "timeout"), so that a client given
+    more time on a slow fabric is not left by a peer that gave up first; never below serve's --timeout
+    and never above its --max-duration (serve's limit on a run)."""
+    want = msg.get("timeout")
+    if isinstance(want, bool) or not isinstance(want, (int, float)) or not math.isfinite(want):
+        return cfg.timeout_s
+    return min(max(float(want), cfg.timeout_s), max(cfg.limits.max_duration_s, cfg.timeout_s))
 
 
 def _listen(bind: str, port: int) -> socket.socket:
@@ -298,20 +352,26 @@ def _listen(bind: str, port: int) -> socket.socket:
     return sock
 
 
-def _send_quietly(sock: socket.socket, msg: dict[str, Any]) -> None:
-    """A refusal frame, sent without ever blocking (a peer that does not read gets nothing), then
-    the connection is closed in order (FIN, not RST, so the frame is read)."""
+def _send_quietly(sock: socket.socket, msg: dict[str, Any], session: bytes | None = None) -> None:
+    """A refusal frame (MACed as the server's frame 0 with a session key), sent without ever
+    blocking (a peer that does not read gets nothing), then the connection is closed in order
+    (FIN, not RST, so the frame is read)."""
     try:
         sock.setblocking(False)
-        sock.send(control.encode(msg))
+        data = control.encode(msg)
+        if session is not None:
+            data += auth.frame_mac(session, "s", 0, data[4:])
+        sock.send(data)
         sock.shutdown(socket.SHUT_WR)
     except (OSError, ValueError):  # ValueError: a frame over the cap (messages are cut, so: a bug)
         pass
     sock.close()
 
 
-def _peek_frame(sock: socket.socket, deadline: float, desc: str) -> dict[str, Any]:
-    """The next frame, left in the socket (MSG_PEEK) for the engine that will read it."""
+def _peek_frame(sock: socket.socket, deadline: float, desc: str, session: bytes | None = None) -> dict[str, Any]:
+    """The next frame, left in the socket (MSG_PEEK) for the engine that will read it; with a
+    session key, its MAC (the client's frame 0) is checked before anything in it is read."""
+    trailer = auth.MAC_BYTES if session is not None else 0
     want = 4
     poller = select.poll()  # not select(): connection fds may be above FD_SETSIZE
     poller.register(sock, select.POLLIN)
@@ -329,10 +389,15 @@ def _peek_frame(sock: socket.socket, deadline: float, desc: str) -> dict[str, An
             if length == 0 or length > MAX_CONFIG_FRAME:
                 raise Refusal(f"{desc} sent a configuration frame of {length} bytes (allowed 1 to {MAX_CONFIG_FRAME})",
                               EXIT_PEER, "protocol")
-            want = 4 + length
+            want = 4 + length + trailer
         if len(data) >= want:
+            body = data[4:want - trailer]
+            if session is not None and not hmac.compare_digest(auth.frame_mac(session, "c", 0, body),
+                                                               data[want - trailer:want]):
+                raise Refusal(f"{desc}: the run configuration failed its authentication (changed on the way, or "
+                              "not from the client that authenticated); session ended", EXIT_PEER, "frame-auth")
             try:
-                msg = json.loads(data[4:want])
+                msg = json.loads(body)
             except (ValueError, RecursionError) as exc:
                 raise Refusal(f"{desc} sent a configuration that is not JSON", EXIT_PEER, "protocol") from exc
             if not isinstance(msg, dict):
@@ -341,12 +406,12 @@ def _peek_frame(sock: socket.socket, deadline: float, desc: str) -> dict[str, An
         time.sleep(0.005)  # part of the frame is here: select would report "readable" at once
 
 
-def _consume_frame(sock: socket.socket) -> None:
-    """Reads the (peeked) frame of a refused run: closing a socket with unread data sends RST, and
-    the client would see "connection reset" instead of the refusal."""
+def _consume_frame(sock: socket.socket, trailer: int = 0) -> None:
+    """Reads the (peeked) frame of a refused run (and its MAC, `trailer` bytes): closing a socket
+    with unread data sends RST, and the client would see "connection reset" instead of the refusal."""
     try:
         sock.settimeout(1.0)
-        length = int.from_bytes(sock.recv(4), "big")
+        length = int.from_bytes(sock.recv(4), "big") + trailer
         while length > 0:
             chunk = sock.recv(min(length, 65536))
             if not chunk:
@@ -387,9 +452,11 @@ def server_handshake(sock: socket.socket, desc: str, key: auth.Key | None, deadl
             raise Refusal(f"authentication failed (client key id {shown!r})", EXIT_PEER, "auth")
         key_id = key.key_id
     welcome: dict[str, Any] = {"type": "welcome"}
+    session = None
     if key is not None and server_nonce is not None:
         welcome["mac"] = auth.mac(key, "server", service, server_nonce, client_nonce)
-    return Handshake(service, key_id, welcome)
+        session = auth.session_key(key, service, server_nonce, client_nonce)
+    return Handshake(service, key_id, welcome, session=session)
 
 
 class Server:
@@ -402,8 +469,10 @@ class Server:
         self.run: Run | None = None
         self.finished: list[Run] = []  # ended runs that a handshake thread took off self.run
         self.runs = 0
-        self.pending: dict[str, int] = {}
-        self.pending_total = 0
+        # Connections in their handshake, oldest first (dicts keep insertion order); authenticated
+        # ones waiting for their run's config are counted apart and never evicted.
+        self.pending: dict[int, Pending] = {}
+        self.authenticated = 0
         self.rate = RateLimiter(cfg.limits.max_runs_per_minute)
         self.stopping = False
 
@@ -428,7 +497,7 @@ class Server:
             time.sleep(0.02)
 
     def _refuse(self, conn: Conn, reason: str, message: str, code: int = EXIT_PEER, engine_reads: bool = False,
-                **fields: Any) -> None:
+                session: bytes | None = None, **fields: Any) -> None:
         """Tells the client why (a frame) and logs it. `engine_reads`: the client's engine, not its
         front end, reads this frame, and an engine knows only "error" frames."""
         message = message[:MAX_MESSAGE]  # parts of it come from the client
@@ -436,7 +505,8 @@ class Server:
         if reason == "busy" and engine_reads:
             message = f"busy: {message}"
         frame = {"type": kind, "code": code, "reason": reason, "message": message}
-        _send_quietly(conn.sock, frame)
+        # The client's engine reads it as the session's first frame from this side: MACed then.
+        _send_quietly(conn.sock, frame, session if engine_reads else None)
         self.log.event("refused", message, client=conn.desc, reason=reason, **fields)
 
     def _accept_one(self) -> None:
@@ -449,72 +519,151 @@ class Server:
             time.sleep(0.1)
             return
         conn = Conn(sock, str(peer[0]), int(peer[1]))
-        lim = self.cfg.limits
         if not source_allowed(conn.host, self.cfg.allow):
             self._refuse(conn, "allow", f"this fabscope serve does not accept connections from {conn.host} "
                                         "(not in its --allow list); ask its operator to add your network")
             return
+        now = time.monotonic()
         with self.lock:
-            mine = self.pending.get(conn.host, 0)
-            full = ("--max-connections-per-source", lim.max_connections_per_source) \
-                if mine >= lim.max_connections_per_source else \
-                ("--max-connections", lim.max_connections) if self.pending_total >= lim.max_connections else None
-            if full is None:
-                self.pending[conn.host] = mine + 1
-                self.pending_total += 1
-        if full is not None:
-            self._refuse(conn, "connections", f"too many connections in handshake ({full[1]}, {full[0]} of this "
-                                              "serve); try again in a few seconds")
-            return
+            victim = self._victim_locked(conn.host)
+            if victim is not None:
+                del self.pending[id(victim.conn)]
+            self.pending[id(conn)] = Pending(conn, now)
+        if victim is not None:
+            self._evict(victim, victim.evicted or "")
         try:
             threading.Thread(target=self._handshake, args=(conn,), daemon=True).start()
         except RuntimeError as exc:  # cannot start a thread: refuse this one, keep serving
             self._release(conn)
             self._refuse(conn, "connections", f"serve is out of resources ({exc})")
 
-    def _release(self, conn: Conn) -> None:
+    def _victim_locked(self, host: str) -> Pending | None:
+        """The handshake that makes room for a new connection from `host`, if the budget is full:
+        the oldest from that host when it holds --max-connections-per-source, else the oldest of
+        the source holding the most slots (so a flood from a few addresses evicts its own)."""
+        lim = self.cfg.limits
+        mine = [p for p in self.pending.values() if p.conn.host == host]
+        if len(mine) >= lim.max_connections_per_source:
+            victim, option = mine[0], ("--max-connections-per-source", lim.max_connections_per_source)
+        elif len(self.pending) >= lim.max_connections:
+            per_host: dict[str, list[Pending]] = {}
+            for p in self.pending.values():
+                per_host.setdefault(p.conn.host, []).append(p)
+            victim = max(per_host.values(), key=len)[0]
+            option = ("--max-connections", lim.max_connections)
+        else:
+            return None
+        victim.evicted = (f"dropped unauthenticated: a newer connection needed its handshake slot ({option[1]}, "
+                          f"{option[0]} of this serve); connect and authenticate without delay, or ask the "
+                          "operator to raise it")
+        return victim
+
+    def _evict(self, victim: Pending, message: str) -> None:
+        """Ends a handshake from this thread: its own thread, blocked in a read, sees the end of
+        the stream, and closes the socket (never closed here: the fd could be reused under it)."""
+        sock = victim.conn.sock
+        try:
+            frame = control.encode({"type": "error", "code": EXIT_PEER, "reason": "connections",
+                                    "message": message[:MAX_MESSAGE]})
+            sock.send(frame, socket.MSG_DONTWAIT)
+        except (OSError, ValueError):
+            pass
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.log.event("refused", message, client=victim.conn.desc, reason="connections")
+
+    def _handshake_limit(self) -> float:
+        """A handshake's deadline: shorter while more than half of the slots are taken."""
+        return HANDSHAKE_PRESSED_S if 2 * len(self.pending) > self.cfg.limits.max_connections else HANDSHAKE_TIMEOUT_S
+
+    def _sweep(self) -> None:
+        """Drops handshakes over their deadline, which shortens under pressure (main thread)."""
+        now = time.monotonic()
         with self.lock:
-            left = self.pending.get(conn.host, 1) - 1
-            if left > 0:
-                self.pending[conn.host] = left
+            limit = self._handshake_limit()
+            if limit >= HANDSHAKE_TIMEOUT_S:
+                return  # no pressure: each handshake's own deadline ends it, with its own words
+            late = [p for p in self.pending.values() if now - p.started > limit]
+            for p in late:
+                del self.pending[id(p.conn)]
+                p.evicted = (f"no hello and authentication within {limit:g} s (the handshake deadline while this "
+                             "serve has many connections in their handshake)")
+        for p in late:
+            self._evict(p, p.evicted or "")
+
+    def _authenticated(self, conn: Conn) -> None:
+        """The connection proved the key (or none is needed): it leaves the handshake budget.
+        Raises OSError if it was evicted meanwhile (its socket is shut)."""
+        with self.lock:
+            p = self.pending.pop(id(conn), None)
+            if p is None:
+                raise ConnectionAbortedError("evicted from its handshake slot")
+            if self.authenticated >= self.cfg.limits.max_connections:
+                self.pending[id(conn)] = p  # released by the caller's _release
+                raise Refusal(f"too many authenticated connections waiting ({self.cfg.limits.max_connections}, "
+                              "--max-connections of this serve); try again in a few seconds", EXIT_PEER, "connections")
+            self.authenticated += 1
+
+    def _release(self, conn: Conn, authenticated: bool = False) -> None:
+        with self.lock:
+            if authenticated:
+                self.authenticated -= 1
             else:
-                self.pending.pop(conn.host, None)
-            self.pending_total -= 1
+                self.pending.pop(id(conn), None)
+
+    def _was_evicted(self, conn: Conn) -> bool:
+        with self.lock:
+            return id(conn) not in self.pending
 
     # -- one handshake (its own thread) -------------------------------------------------------------
 
     def _handshake(self, conn: Conn) -> None:
         handed_over = False
+        authed = False
         hs: Handshake | None = None
         peeked = False  # the client's config frame waits unread in the socket
         try:
-            deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
+            with self.lock:
+                deadline = time.monotonic() + self._handshake_limit()
             hs = server_handshake(conn.sock, conn.desc, self.cfg.key, deadline)
+            self._authenticated(conn)
+            authed = True
             self._wait_idle()
             control.send(conn.sock, hs.welcome, max(deadline - time.monotonic(), 0.01))
             if hs.service == "engine":
-                msg = _peek_frame(conn.sock, time.monotonic() + CONFIG_TIMEOUT_S, conn.desc)
+                msg = _peek_frame(conn.sock, time.monotonic() + CONFIG_TIMEOUT_S, conn.desc, hs.session)
                 peeked = True
                 hs.options = {k: msg.get(k) for k in ("core", "backend")}
+                hs.timeout_s = adopted_timeout(msg, self.cfg)
                 check_request(parse_config(msg), self.cfg.limits)
             self._start(conn, hs)
             handed_over = True
-        except Refusal as exc:
-            if peeked:
-                _consume_frame(conn.sock)
-            extra = {"key_id": hs.key_id, "options": hs.options} if hs else {}
-            self._refuse(conn, exc.reason, exc.message, exc.exit_code, engine_reads=peeked, **extra)
-            handed_over = True  # _refuse closed it
-        except FabscopeError as exc:  # not a fabscope client, another version, silent, closed: say why
-            self._refuse(conn, "protocol", exc.message, exc.exit_code)
-            handed_over = True
-        except OSError as exc:
-            self.log.event("refused", f"client {conn.desc}: {exc.strerror or exc}", client=conn.desc,
-                           reason="connection")
+        except (Refusal, FabscopeError, OSError) as exc:
+            if not authed and self._was_evicted(conn):
+                pass  # told why and logged by _evict; its stream was cut under this thread
+            elif isinstance(exc, Refusal):
+                session = hs.session if hs else None
+                if peeked:
+                    _consume_frame(conn.sock, auth.MAC_BYTES if session else 0)
+                extra = {"key_id": hs.key_id, "options": hs.options} if hs else {}
+                # After the welcome the client's engine reads the refusal; a frame that failed its
+                # authentication gets an unauthenticated one, which that engine then refuses too.
+                reads = peeked or exc.reason == "frame-auth"
+                self._refuse(conn, exc.reason, exc.message, exc.exit_code, engine_reads=reads,
+                             session=session if exc.reason != "frame-auth" else None, **extra)
+                handed_over = True  # _refuse closed it
+            elif isinstance(exc, FabscopeError):  # not a fabscope client, another version, silent, closed: say why
+                self._refuse(conn, "protocol", exc.message, exc.exit_code)
+                handed_over = True
+            else:
+                self.log.event("refused", f"client {conn.desc}: {exc.strerror or exc}", client=conn.desc,
+                               reason="connection")
         except Exception as exc:  # a bug here must cost one connection, not the serve
             self.log.event("error", f"internal error in a handshake: {type(exc).__name__}: {exc}", client=conn.desc)
         finally:
-            self._release(conn)
+            self._release(conn, authenticated=authed)
             if not handed_over:
                 conn.sock.close()
 
@@ -529,19 +678,31 @@ class Server:
                 cmd = [sys.executable, "-m", "fabscope.doctor.peer", str(fd)]
             else:
                 cmd = [str(engine_path()), "--control-fd", str(fd), "--session-open", "1", *self.cfg.engine_args]
+                if hs.timeout_s is not None:
+                    cmd.append(f"--timeout={hs.timeout_s:g}")  # the last --timeout wins
+            # A keyed session: the engine (or doctor child) gets the session key on a pipe and MACs
+            # every frame after the welcome.
+            key_args, key_fds = control.engine_session_args(hs.session)
+            if hs.service == "doctor":
+                cmd += [str(kfd) for kfd in key_fds]
+            else:
+                cmd[5:5] = key_args  # after --session-open 1
             err = tempfile.TemporaryFile()  # closed when the run is reaped
             try:
-                proc = subprocess.Popen(cmd, pass_fds=[fd], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=err)
+                proc = subprocess.Popen(cmd, pass_fds=[fd, *key_fds], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=err, env=self.cfg.engine_env if hs.service != "doctor" else None)
             except OSError:
                 err.close()
                 raise
+            finally:
+                for kfd in key_fds:
+                    os.close(kfd)
             now = time.monotonic()
-            budget = self.cfg.limits.max_duration_s + RUN_GRACE_S + 3 * self.cfg.timeout_s
+            budget = self.cfg.limits.max_duration_s + RUN_GRACE_S + 3 * (hs.timeout_s or self.cfg.timeout_s)
             self.run = Run(proc, conn.desc, hs.key_id, hs.service, hs.options, now, now + budget, err)
             self.runs += 1
         self.log.event("start", f"run {self.runs} started", client=conn.desc, key_id=hs.key_id, service=hs.service,
-                       pid=proc.pid)
+                       pid=proc.pid, timeout_s=hs.timeout_s)
         conn.sock.close()  # the child owns the connection now
 
     # -- runs ---------------------------------------------------------------------------------------
@@ -589,7 +750,8 @@ class Server:
                 self._reap()
                 if self.cfg.max_runs is not None and self.runs >= self.cfg.max_runs and not self.busy():
                     break
-                ready, _, _ = select.select([self.sock], [], [], 0.1)
+                self._sweep()
+                ready, _, _ = select.select([self.sock], [], [], SWEEP_S)
                 if ready:
                     self._accept_one()
             except Exception as exc:  # serve must outlive anything a client does

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import runner
+from . import plan
 from .engine import backends
 from .errors import EXIT_MEASURE, EXIT_OK, EXIT_UNSUPPORTED
 from .mpirun import MPI_FLAVOURS, find_mpi_engine
@@ -17,10 +17,7 @@ from .report.markdown import markdown_table
 from .report.render import render_csv, render_json, render_md
 from .report.table import Column, Table
 from .results import Result
-from .suite_hosts import only_backends, verbs_on_this_host
-
-LAT_SIZES = "8,4K"
-BW_SIZES = "64K,1M"
+from .suite_hosts import only_backends, row_options, verbs_on_this_host
 
 
 @dataclass
@@ -28,19 +25,25 @@ class Case:
     backend: str
     op: str
     pattern: str
-    extra: tuple[str, ...] = ()
+    options: tuple[tuple[str, str], ...] = ()  # engine options of this case (the verbs device)
+    mpi: str | None = None
 
     @property
     def label(self) -> str:
-        extra = " ".join(self.extra)
+        extra = " ".join([f"--{k}={v}" for k, v in self.options] + ([f"--mpi={self.mpi}"] if self.mpi else []))
         return f"{self.backend} {self.op} {self.pattern}" + (f" ({extra})" if extra else "")
+
+
+# Backends that only run over an RDMA device (rsocket never falls back to the kernel's TCP).
+NEEDS_RDMA = ("verbs", "rsocket")
 
 
 def cases(rdma_devices: Sequence[str] = ()) -> list[Case]:
     out: list[Case] = []
     for name, be in backends().items():
-        # verbs needs an RDMA port that is up: one set of rows per such device (suite_hosts finds them)
-        for extra in ([(f"--device={d}",) for d in rdma_devices] if name == "verbs" else [()]):
+        # verbs and rsocket need an RDMA port that is up: one set of rows per such device (suite_hosts
+        # finds them); without one they have no rows, and the verbs note says why.
+        for extra in ([(("device", d),) for d in rdma_devices] if name in NEEDS_RDMA else [()]):
             for op in be["ops"]:
                 for pattern in be["patterns"]:
                     out.append(Case(name, op, pattern, extra))
@@ -50,16 +53,17 @@ def cases(rdma_devices: Sequence[str] = ()) -> list[Case]:
             find_mpi_engine(mpi)
         except FileNotFoundError:
             continue
-        out += [Case("mpi", "send", pattern, (f"--mpi={mpi}",)) for pattern in ("lat", "bw", "bibw")]
+        out += [Case("mpi", "send", pattern, mpi=mpi) for pattern in ("lat", "bw", "bibw")]
     return out
 
 
-def _args(case: Case, quick: bool) -> list[str]:
-    lat = case.pattern == "lat"
-    iters = ("200" if lat else "100") if quick else ("5000" if lat else "1000")
-    sizes = "8" if case.op in ("fadd", "cswap") else (LAT_SIZES if lat else BW_SIZES)
-    return [f"--backend={case.backend}", f"--op={case.op}", f"--pattern={case.pattern}",
-            f"--sizes={sizes}", f"--iters={iters}", "--warmup=50", *case.extra]
+def _plan(case: Case, quick: bool) -> plan.RunPlan:
+    """A case's RunPlan: the suites' measurement (atomics are 8 bytes), its own options, on this host."""
+    sizes = "8" if case.op in ("fadd", "cswap") else None
+    options = row_options(case.backend, case.op, case.pattern, quick, sizes)
+    if case.backend == "mpi":
+        return plan.RunPlan.of(options, plan.MpiLaunch(mpi=case.mpi or "openmpi"))
+    return plan.RunPlan.of([*options, *case.options], plan.Loopback())
 
 
 def _row(case: Case, rec: Result) -> list[str]:
@@ -83,10 +87,10 @@ def run_suite(out_dir: str, quick: bool = False, keep: Callable[[Result], None] 
     failures = 0
     started = time.monotonic()
     rdma_devices, verbs_note = verbs_on_this_host()
-    plan = cases(rdma_devices)
-    only_backends([c.backend for c in plan], backends, [verbs_note] if verbs_note else [])
-    plan = [c for c in plan if backends is None or c.backend in backends]
-    for case in plan:
+    todo = cases(rdma_devices)
+    only_backends([c.backend for c in todo], backends, [verbs_note] if verbs_note else [])
+    todo = [c for c in todo if backends is None or c.backend in backends]
+    for case in todo:
         print(f"fabscope suite: {case.label} ...", file=sys.stderr, flush=True)
         got: list[Result] = []
 
@@ -95,11 +99,7 @@ def run_suite(out_dir: str, quick: bool = False, keep: Callable[[Result], None] 
             if keep:
                 keep(rec)
 
-        if case.backend == "mpi":
-            mpi = case.extra[0].split("=", 1)[1]
-            outcome = runner.run_mpi(_args(case, quick)[:-1], 10.0, collect, mpi=mpi)
-        else:
-            outcome = runner.run_loopback(_args(case, quick), 10.0, collect)
+        outcome = plan.execute_row(_plan(case, quick), collect)
         records += got
         rows += [_row(case, r) for r in got]
         if outcome.exit_code == EXIT_UNSUPPORTED:

@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from . import inventory, runner
+from . import inventory, plan
 from .auth import Key
-from .control import PeerBusy
 from .errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
 from .mpirun import MPI_FLAVOURS, find_mpi_engine
 from .report import charts
@@ -81,6 +80,13 @@ def _ucx_tls(transport: str, net: Sequence[str]) -> str:
     return transport
 
 
+def _ucx_names(inv: inventory.EngineInventory, device: str) -> set[str]:
+    """UCX's names for --device: the device itself where UCX lists it (eth0, rxe0:1), else the ports
+    UCX lists of that RDMA device (rxe0 -> rxe0:1); empty when UCX knows neither."""
+    names = {r.device for r in inv.ucx.resources if r.device_type == "net"}
+    return {device} if device in names else {n for n in names if n.partition(":")[0] == device and ":" in n}
+
+
 def _verbs_rows(inv: inventory.EngineInventory, device: str | None) -> tuple[list[Transport], str | None]:
     if not inv.verbs.ok:
         return [], VERBS_ABSENT.format(why=inv.verbs.describe("libibverbs"))
@@ -108,6 +114,9 @@ def transports(inv: inventory.EngineInventory, device: str | None, with_mpi: boo
     rows: list[Transport] = []
     notes: list[str] = []
     dev = (f"--device={device}",) if device else ()
+    # UCX (and MPI over it) names an RDMA device by its ports, "rxe0:1": --device rxe0 means those.
+    ucx_devs = _ucx_names(inv, device) if device else set()
+    ucx_dev = (f"--device={','.join(sorted(ucx_devs))}",) if ucx_devs else dev
     if with_peer:
         rows.append(Transport("tcp", "send", dev))
         verbs, why = _verbs_rows(inv, device)
@@ -115,8 +124,8 @@ def transports(inv: inventory.EngineInventory, device: str | None, with_mpi: boo
         notes += [why] if why else []
         if inv.ucx.ok:
             net = sorted({r.transport for r in inv.ucx.resources
-                          if r.device_type == "net" and (not device or r.device == device)})
-            rows += [Transport("ucx", "tag", (f"--ucx-tls={_ucx_tls(t, net)}", *dev)) for t in net]
+                          if r.device_type == "net" and (not device or r.device in ucx_devs)})
+            rows += [Transport("ucx", "tag", (f"--ucx-tls={_ucx_tls(t, net)}", *ucx_dev)) for t in net]
             if not net:
                 notes.append(f"ucx: no network transport on {device or 'any device'} (UCX offers "
                              f"{', '.join(sorted({r.transport + '/' + r.device for r in inv.ucx.resources}))})")
@@ -141,19 +150,28 @@ def transports(inv: inventory.EngineInventory, device: str | None, with_mpi: boo
             except FileNotFoundError:
                 notes.append(f"mpi {mpi}: its engine was not built (its development package was missing; `make setup`)")
                 continue
-            rows.append(Transport("mpi", "send", dev, mpi=mpi))
+            # An RDMA device in UCX's spelling (its port), a netdev as it is (btl_tcp_if_include too).
+            mpi_dev = ucx_dev if device and device not in {r.device for r in inv.ucx.resources} else dev
+            rows.append(Transport("mpi", "send", mpi_dev, mpi=mpi))
             if mpi == "openmpi":
                 # Open MPI's two selections between hosts: its default (pml ob1 over btl tcp) and pml ucx,
                 # told to use any UCX transport and device (the fix the field notes give for UCX #10049).
-                rows.append(Transport("mpi", "send", dev, mpi=mpi, mca=OMPI_PML_UCX))
+                rows.append(Transport("mpi", "send", mpi_dev, mpi=mpi, mca=OMPI_PML_UCX))
     return rows, notes
 
 
-def _args(t: Transport, pattern: str, quick: bool) -> list[str]:
+def row_options(backend: str, op: str, pattern: str, quick: bool, sizes: str | None = None) -> list[tuple[str, str]]:
+    """A suite row's measurement: the same sizes, counts and warmup for every transport (both suites)."""
     lat = pattern == "lat"
     iters = ("200" if lat else "100") if quick else ("5000" if lat else "1000")
-    return [f"--backend={t.backend}", f"--op={t.op}", f"--pattern={pattern}", f"--sizes={LAT_SIZES if lat else BW_SIZES}",
-            f"--iters={iters}", "--warmup=50", *t.options]
+    return [("backend", backend), ("op", op), ("pattern", pattern), ("sizes", sizes or (LAT_SIZES if lat else BW_SIZES)),
+            ("iters", iters), ("warmup", "50")]
+
+
+def _plan(t: Transport, pattern: str, quick: bool, where: plan.Where, timeout_s: float) -> plan.RunPlan:
+    """A row's RunPlan: the suite's measurement, the row's own options, the suite's deadline."""
+    own = [(k[2:], v) for k, _, v in (o.partition("=") for o in t.options)]
+    return plan.RunPlan.of([*row_options(t.backend, t.op, pattern, quick), *own, ("timeout", f"{timeout_s:g}")], where)
 
 
 def line_rates_gbps() -> dict[str, float]:
@@ -172,25 +190,6 @@ def line_rates_gbps() -> dict[str, float]:
                 out[f"{d.name}/{p.num}"] = p.rate_gbps
                 out.setdefault(d.name, p.rate_gbps)
     return out
-
-
-def _run_peer(args: list[str], peer: str, timeout_s: float, on_record: Callable[[Result], None],
-              key: Key | None) -> runner.RunOutcome:
-    """One row against the serve. Back-to-back rows can find the serve still ending the previous
-    run's engine (slow under emulation): "busy" is retried until --timeout, then it is the row's
-    failure. A peer that cannot be reached is the row's failure too (the caller stops on the first)."""
-    give_up = time.monotonic() + timeout_s
-    while True:
-        try:
-            return runner.run_peer(args + ["--format=json"], peer, timeout_s, on_record, key=key)
-        except PeerBusy as exc:
-            if time.monotonic() >= give_up:
-                return runner.RunOutcome(error=exc.message, exit_code=exc.exit_code)
-            time.sleep(0.25)
-        except FabscopeError as exc:
-            if exc.exit_code == EXIT_USAGE:
-                raise
-            return runner.RunOutcome(error=exc.message, exit_code=exc.exit_code)
 
 
 def only_backends(labels: Sequence[str], backends: Sequence[str] | None, notes: Sequence[str]) -> None:
@@ -221,9 +220,9 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
     if hosts:
         check_hosts(hosts)
     inv = inventory.query()
-    plan, notes = transports(inv, device, with_mpi=bool(hosts), with_peer=bool(peer))
-    only_backends([t.backend for t in plan], backends, notes)
-    plan = [t for t in plan if backends is None or t.backend in backends]
+    rows, notes = transports(inv, device, with_mpi=bool(hosts), with_peer=bool(peer))
+    only_backends([t.backend for t in rows], backends, notes)
+    rows = [t for t in rows if backends is None or t.backend in backends]
     if not peer:
         notes.append("tcp, verbs, ucx, libfabric: not in this table: they run against `fabscope serve` on the other "
                      "host; add --peer HOST")
@@ -233,22 +232,20 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
     failed: list[str] = []
     started = time.monotonic()
     where = peer or (hosts[1] if hosts else "")
-    for t in plan:
+    for t in rows:
         for pattern in ("lat", "bw"):
             print(f"fabscope suite: {t.label} {pattern} -> {where} ...", file=sys.stderr, flush=True)
             got: list[Result] = []
-            args = _args(t, pattern, quick)
+            at: plan.Where
             if t.backend == "mpi":
                 assert t.mpi is not None
-                try:
-                    outcome = runner.run_mpi(args, timeout_s, got.append, mpi=t.mpi, launcher=launcher,
-                                             hosts=list(hosts or []), mca=dict(t.mca) or None)
-                except (ValueError, FileNotFoundError) as exc:
-                    raise FabscopeError(str(exc), EXIT_USAGE) from exc
+                at = plan.MpiLaunch(mpi=t.mpi, launcher=launcher, hosts=tuple(hosts or ()), mca=t.mca)
             else:
                 assert peer is not None
-                outcome = _run_peer(args, peer, timeout_s, got.append, key)
+                at = plan.Peer(peer, key=key, wait_if_busy=True)
+            outcome = plan.execute_row(_plan(t, pattern, quick, at, timeout_s), got.append)
             records += got
+            failed += [f"{t.label} {pattern} {r.size} B: MISROUTED: {r.path.summary}" for r in got if r.misrouted]
             if outcome.exit_code == EXIT_UNSUPPORTED:
                 notes.append(f"{t.label} {pattern}: unsupported: {outcome.error}")
             elif outcome.exit_code:
@@ -258,23 +255,23 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
                     # own deadline for the same reason.
                     raise FabscopeError(f"suite: {outcome.error}", EXIT_PEER)
     rates = line_rates_gbps()
-    rows = comparison_rows(records, rates)
+    compared = comparison_rows(records, rates)
     # A transport with no result at all still has its row: it says what became of it.
-    measured = {r.label for r in rows}
-    for t in plan:
+    measured = {r.label for r in compared}
+    for t in rows:
         if t.table_label not in measured:
             said = [line for line in failed + notes if line.startswith(f"{t.label} ")]
             what = "unsupported" if said and all(": unsupported: " in line for line in said) else "FAILED"
-            rows.append(ComparisonRow(t.table_label, None, None, None, None, None, None, "-", what))
-    table = comparison_markdown(rows)
+            compared.append(ComparisonRow(t.table_label, None, None, None, None, None, None, "-", what))
+    table = comparison_markdown(compared)
     title = f"fabscope suite {'between ' + ', '.join(hosts) if hosts else 'to ' + str(peer)}"
     print(f"# {title}: {len(records)} results in {time.monotonic() - started:.0f} s; latency = half round trip, "
           "bandwidth at the receiver (Gb/s = 10^9 bit/s)")
-    print(_text_table(rows))
+    print(_text_table(compared))
     for line in notes + failed:
         print(f"# {line}")
     summary = SuiteSummary(title=title, peer=peer, hosts=list(hosts or []), device=device, line_rates_gbps=rates,
-                           notes=notes + failed, rows=[asdict(r) for r in rows])
+                           notes=notes + failed, rows=[asdict(r) for r in compared])
     (out / "suite.json").write_text(json.dumps(summary.to_json(), indent=1) + "\n")
     (out / "hosts.jsonl").write_text(render_json(records))
     (out / "hosts.csv").write_text(render_csv(records))

@@ -115,3 +115,41 @@ def test_report_command_writes_html_markdown_and_csv(tmp_path: Path) -> None:
     assert_not_blank(report.screenshot_png, min_height=1000)
     assert (tmp_path / "r.md").read_text().startswith("# fabscope report")
     assert (tmp_path / "r.csv").read_text().startswith("backend,op,pattern,size")
+
+
+def test_a_report_of_200_runs_in_5_tags_is_readable(tmp_path: Path) -> None:
+    """200 stored runs in 5 tags (tcp send lat 8 B and 64 KiB, real records with their latency
+    scaled per tag): one line per tag with its spread, a distribution per tag, trend charts with
+    the median of each tag's runs; the page opens offline, every chart at a sane size, not blank."""
+    import json
+
+    from fabscope.results import parse_record
+    from fabscope.store import open_store
+
+    db = tmp_path / "h.db"
+    raw = [json.loads(line) for line in (RECORDS / "tcp-send-lat-with-histogram.jsonl").read_text().splitlines()]
+    scales = {"v1.0": 1.0, "v1.1": 1.02, "v1.2": 1.4, "v1.3": 1.38, "v1.4": 1.05}
+    with open_store(db) as store:
+        for i in range(40):
+            for tag, scale in scales.items():
+                recs = []
+                for rec in raw:
+                    factor = scale * (1.0 + 0.03 * ((i * 7) % 5) / 4)
+                    lat = {k: v * factor if k in ("min", "p50", "mean", "p99", "p999", "max") else v
+                           for k, v in rec["latency_us"].items()}
+                    recs.append(parse_record(dict(rec, latency_us=lat), judge_path=False))
+                store.add_run("run", ["run", "--tag", tag], recs, tag=tag)
+    page = tmp_path / "many.html"
+    out = fabscope("report", *scales, "--store", str(db), "--html", str(page), timeout=300)
+    assert out.returncode == 0, out.stderr
+    text = page.read_text()
+    html5lib.HTMLParser(strict=True).parse(text)
+    for tag in scales:
+        assert f"tcp send [tag {tag}]" in text and f"[tag {tag}, 40 runs merged]" in text
+    assert "median of runs" in text and "History: tcp send lat 8 B p50" in text
+    report = open_offline(page, tmp_path / "profile")
+    assert_clean(report, page)
+    for width, height in report.svg_sizes:
+        assert 300 <= width <= 1280 and 150 <= height <= 1500, report.svg_sizes
+    assert_not_blank(report.screenshot_png, min_height=2000)
+    (tmp_path / "many.png").write_bytes(report.screenshot_png)

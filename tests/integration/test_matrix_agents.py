@@ -128,3 +128,60 @@ def test_an_agent_started_before_its_coordinator_keeps_trying(tmp_path: Path) ->
         if agent.poll() is None:
             agent.kill()
         agent.wait()
+
+
+def test_the_token_never_crosses_the_wire_and_a_recorded_proof_is_refused(tmp_path: Path) -> None:
+    """The agent proves the token with auth.py's challenge-response (as serve's clients prove
+    their key): a fake coordinator that records what a real agent sends sees no token, only a MAC
+    over its own nonce; that recorded hello, replayed to the real coordinator (another nonce), is
+    refused."""
+    import json
+    import struct
+
+    from fabscope import auth, control
+    from fabscope.matrix.agent import AGENT_PROTO, AGENT_SERVICE
+
+    token = "t" * 32
+    with socket.create_server(("127.0.0.1", 0)) as fake:
+        fake.settimeout(20)
+        env = dict(os.environ, PYTHONPATH=str(REPO / "python"), OMPI_COMM_WORLD_RANK="0", **{TOKEN_ENV: token})
+        proc = subprocess.Popen([sys.executable, "-m", "fabscope", "matrix-agent", "--coordinator",
+                                 f"127.0.0.1:{fake.getsockname()[1]}", "--connect-timeout", "10"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            conn, _ = fake.accept()
+            with conn:
+                nonce = auth.new_nonce()
+                control.send(conn, {"type": "challenge", "proto": AGENT_PROTO, "auth": auth.SCHEME, "nonce": nonce},
+                             5)
+                conn.settimeout(10)
+                head = conn.recv(4, socket.MSG_WAITALL)
+                raw = conn.recv(struct.unpack(">I", head)[0], socket.MSG_WAITALL)
+                # a welcome without the coordinator's proof: the agent must not take orders from it
+                control.send(conn, {"type": "welcome", "host": "h0", "mac": "0" * 64}, 5)
+                assert proc.wait(timeout=20) != 0
+                assert "could not prove it holds the run's token" in (proc.stderr.read() if proc.stderr else "")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert token.encode() not in raw
+    hello = json.loads(raw)
+    key = auth.key_from_secret(token.encode(), "test")
+    assert auth.verify(key, "client", AGENT_SERVICE, nonce, hello["nonce"], hello["mac"])
+    # The recorded hello, replayed to a real coordinator of the same token: refused.
+    coord = Coordinator(["h0"], "127.0.0.1", 0, token)
+    try:
+        with socket.create_connection(("127.0.0.1", coord.port), timeout=10) as s:
+            import threading
+
+            t = threading.Thread(target=coord.gather, args=(3.0,), daemon=True)
+            t.start()
+            assert control.recv(s, 5)["type"] == "challenge"
+            s.sendall(head + raw)
+            reply = control.recv(s, 5)
+            t.join(10)
+        assert reply["type"] == "reject" and "wrong or missing token" in reply["message"]
+        assert not coord.agents
+    finally:
+        coord.close()

@@ -55,15 +55,22 @@ def test_silent_and_slow_connections_do_not_delay_an_honest_client(tmp_path: Pat
         assert srv.proc.poll() is None
 
 
-def test_connections_per_source_are_bounded_and_the_refusal_says_which_option(tmp_path: Path) -> None:
+def test_connections_per_source_are_bounded_and_the_oldest_gives_way_told_which_option(tmp_path: Path) -> None:
+    """A full per-source budget of unauthenticated connections does not lock the address out: the
+    newcomer is greeted and the oldest unauthenticated one is dropped, told which option."""
     with serve(tmp_path, "--max-connections-per-source", "3") as srv:
         held = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(3)]
         try:
             time.sleep(0.3)
             with socket.create_connection(("127.0.0.1", srv.port)) as extra:
-                msg = read_frame(extra)
+                extra.settimeout(5)
+                assert read_frame(extra)["type"] == "hello"  # served, not refused
+            held[0].settimeout(5)
+            assert read_frame(held[0])["type"] == "hello"
+            msg = read_frame(held[0])
             assert msg["type"] == "error" and msg["reason"] == "connections"
-            assert "--max-connections-per-source" in msg["message"]
+            assert "--max-connections-per-source" in msg["message"] and "unauthenticated" in msg["message"]
+            assert held[0].recv(1) == b""
         finally:
             for s in held:
                 s.close()
@@ -264,3 +271,14 @@ def test_another_protocol_version_is_told_both_versions(tmp_path: Path) -> None:
         msg = read_frame(s)
         assert msg["type"] == "error" and "protocol 99" in msg["message"] and "9.9.9" in msg["message"]
         assert len(msg["message"]) < 2000  # the client's 100 kB version string is not echoed back
+
+
+def test_serve_adopts_the_clients_timeout_within_its_limits(tmp_path: Path) -> None:
+    """The client's --timeout reaches the peer engine: never below serve's own --timeout, never
+    above its --max-duration (a slow fabric's client must not be left by a peer that gave up)."""
+    with serve(tmp_path, "--timeout", "2", "--max-duration", "30") as srv:
+        for n, (asked, adopted) in enumerate([(7.0, 7.0), (1.0, 2.0), (100.0, 30.0)], start=1):
+            done = fabscope("run", "--peer", srv.addr, "--timeout", f"{asked:g}", *QUICK, timeout=60)
+            assert done.returncode == 0, done.stderr
+            start = srv.wait_event("start", count=n)[-1]
+            assert start["timeout_s"] == adopted, start

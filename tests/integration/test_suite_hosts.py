@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -42,40 +43,90 @@ def rows_of(out_dir: Path) -> dict[str, dict[str, object]]:
     return {str(r["label"]): r for r in summary["rows"]}
 
 
-def test_suite_peer_between_two_hosts(shaped_1g: None, tmp_path: Path) -> None:
-    key = auth.random_key_file(tmp_path / "key")
+@contextlib.contextmanager
+def serve_on_b(tmp_path: Path, *extra: str) -> Iterator[None]:
+    """`fabscope serve` on fs-b (keyed, all addresses), ready once its log says it listens; stopped by
+    the PID this test started."""
+    log = tmp_path / f"serve-{time.monotonic_ns()}.jsonl"
     server = subprocess.Popen(netns.ns_exec_argv("fs-b", fabscope_argv(
-        "serve", "--bind", "0.0.0.0", "--port", str(PORT), "--key-file", str(key), "--device", "fabric0")),
-        stderr=subprocess.PIPE, text=True)
+        "serve", "--bind", "0.0.0.0", "--port", str(PORT), "--key-file", str(key_of(tmp_path)), "--log", str(log),
+        *extra)), stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(1.0)
-        out = subprocess.run(netns.ns_exec_argv("fs-a", fabscope_argv(
-            "suite", "--peer", f"{netns.fabric_ip('fs-b')}:{PORT}", "--device", "fabric0", "--key-file", str(key),
-            "--quick", "--no-store", "--out", str(tmp_path / "out"))), capture_output=True, text=True, timeout=900)
+        deadline = time.monotonic() + 30
+        while '"listening"' not in (log.read_text() if log.exists() else ""):
+            assert server.poll() is None and time.monotonic() < deadline, server.stderr.read() if server.stderr else ""
+            time.sleep(0.05)
+        yield
     finally:
         server.terminate()
         server.wait(timeout=15)
-    rows = rows_of(tmp_path / "out")
-    report = out.stdout + out.stderr
-    # TCP and UCX over the shaped fabric: both measured, on fabric0, near the 1 Gbit/s shaping.
-    tcp, ucx = rows["tcp send (device fabric0)"], rows["ucx tag (ucx-tls tcp, device fabric0)"]
-    for row in (tcp, ucx):
-        assert row["carried_by"] in ("tcp via fabric0", "ucx tcp on fabric0"), row
-        assert row["path"] in ("verified", "unverifiable"), row
-        assert isinstance(row["lat8_p50_us"], float) and isinstance(row["lat4k_p50_us"], float), row
-        assert isinstance(row["bw1m_gbps"], float) and 0.3 < row["bw1m_gbps"] < 1.1, row  # shaped to 1 Gbit/s
-    assert any(label.startswith("ofi send (provider ") for label in rows), rows.keys()
-    assert all("device fabric0" in label for label in rows), rows.keys()  # --device on every row
+        if server.stderr:
+            server.stderr.close()
+
+
+def key_of(tmp_path: Path) -> Path:
+    """One key file per test directory."""
+    key = tmp_path / "key"
+    return key if key.exists() else auth.random_key_file(key)
+
+
+def suite_from_a(tmp_path: Path, out: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(netns.ns_exec_argv("fs-a", fabscope_argv(
+        "suite", "--peer", f"{netns.fabric_ip('fs-b')}:{PORT}", "--device", "fabric0", "--key-file", str(key_of(tmp_path)),
+        "--quick", "--no-store", "--out", str(tmp_path / out), *extra)), capture_output=True, text=True, timeout=900)
+
+
+def test_suite_peer_between_two_hosts_every_row_verified(shaped_1g: None, tmp_path: Path) -> None:
+    """Every row of the two-host suite goes over fabric0, asked with --device on the client only; the serve
+    is started as a cluster-wide unit would start it (no --device), then with its own --device. The ofi rows
+    were all misrouted over mgmt0 (the client took the provider's first domain, not the one asked), and the
+    sockets provider's rows took 10 ms a round trip (its progress thread's wait)."""
+    for serve_extra, out_dir in (((), "plain"), (("--device", "fabric0"), "device")):
+        with serve_on_b(tmp_path, *serve_extra):
+            out = suite_from_a(tmp_path, out_dir)
+        report = out.stdout[-4000:] + out.stderr[-3000:]
+        rows = rows_of(tmp_path / out_dir)
+        assert out.returncode == 0, report
+        assert not [(label, r["path"]) for label, r in rows.items() if r["path"] != "verified"], report
+        # TCP and UCX over the shaped fabric: both measured, on fabric0, near the 1 Gbit/s shaping.
+        tcp, ucx = rows["tcp send (device fabric0)"], rows["ucx tag (ucx-tls tcp, device fabric0)"]
+        assert tcp["carried_by"] == "tcp via fabric0" and ucx["carried_by"] == "ucx tcp on fabric0", (tcp, ucx)
+        for row in rows.values():  # every figure measured (udp's reliability layer is slow on a tbf link)
+            assert all(isinstance(row[k], float) and row[k] > 0 for k in ("lat8_p50_us", "lat4k_p50_us", "bw1m_gbps")), row
+        for row in (tcp, ucx, rows["ofi send (provider tcp, device fabric0)"]):
+            assert 0.3 < float(str(row["bw1m_gbps"])) < 1.1, row  # shaped to 1 Gbit/s
+        ofi = {label: r for label, r in rows.items() if label.startswith("ofi send (provider ")}
+        assert ofi and all(str(r["carried_by"]).endswith("on fabric0") for r in ofi.values()), ofi
+        # The sockets provider's rows took 10 ms a round trip: its progress thread's default wait between
+        # passes. Both engines now run it with no wait, and their records say so.
+        records = [json.loads(line) for line in (tmp_path / out_dir / "hosts.jsonl").read_text().splitlines()]
+        sockets = [r["transport"] for r in records if r["transport"]["local"].get("provider") == "sockets"]
+        for side in [t[s] for t in sockets for s in ("local", "peer")]:
+            assert str(side.get("progress_thread", "")).startswith("FI_SOCKETS_PE_WAITTIME=0 "), side
+        assert all("device fabric0" in label for label in rows), rows.keys()  # --device on every row
     # No RDMA device here: one line says why verbs is absent and how to try it.
     assert "verbs: not in this table: this host has no RDMA device" in out.stdout
     assert "fabscope testbed softroce" in out.stdout
-    # The exit code says what the table shows: 5 when any row's bytes went elsewhere, 4 a failed row.
-    misrouted = any(r["path"] == "misrouted" for r in rows.values())
-    failed = "FAILED" in out.stdout
-    assert out.returncode == (5 if misrouted else 4 if failed else 0), report[-3000:]
-    md = (tmp_path / "out" / "hosts.md").read_text()
+    md = (tmp_path / "device" / "hosts.md").read_text()
     assert "| tcp send (device fabric0) |" in md and "```" not in md
-    html5lib.HTMLParser(strict=True).parse((tmp_path / "out" / "report.html").read_text())
+    html5lib.HTMLParser(strict=True).parse((tmp_path / "device" / "report.html").read_text())
+
+
+def test_suite_peer_names_a_real_misroute(shaped_1g: None, tmp_path: Path) -> None:
+    """Host routes send each host's fabric address over mgmt0: the bytes asked for fabric0 really go over
+    the management network, and the suite says so (exit 5, the row named with where its bytes went).
+    UCX's tcp transport binds its sockets to the interface's address, not to the interface, so the
+    routes move it (fabscope's tcp backend binds to the device, SO_BINDTODEVICE, and cannot be moved)."""
+    for here, there in (("fs-a", "fs-b"), ("fs-b", "fs-a")):
+        subprocess.run(netns.ns_exec_argv(here, ["ip", "route", "add", f"{netns.fabric_ip(there)}/32", "via",
+                                                 netns.mgmt_ip(there), "dev", "mgmt0"]), check=True)
+    with serve_on_b(tmp_path, "--device", "fabric0"):
+        out = suite_from_a(tmp_path, "out", "--backends", "ucx")
+    rows = rows_of(tmp_path / "out")
+    assert out.returncode == 5, out.stdout[-3000:] + out.stderr[-3000:]
+    assert rows["ucx tag (ucx-tls tcp, device fabric0)"]["path"] == "misrouted", rows
+    assert "# ucx tag (--ucx-tls=tcp --device=fabric0) lat 8 B: MISROUTED:" in out.stdout, out.stdout
+    assert "mgmt0" in out.stdout.split("MISROUTED:", 1)[1].splitlines()[0], out.stdout
 
 
 def test_suite_peer_without_serve_fails_fast(shaped_1g: None, tmp_path: Path) -> None:

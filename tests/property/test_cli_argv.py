@@ -30,8 +30,9 @@ from hypothesis import strategies as st
 from fabscope.cli import main
 
 # Every exit code the README documents (0 ok, 1 doctor warnings, 2 usage, 3 peer, 4 measurement,
-# 5 misrouted, 6 unsupported, 7 doctor errors, 8 matrix finding, 9 compare regression, 130 interrupted).
-DOCUMENTED = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 130}
+# 5 misrouted, 6 unsupported, 7 doctor errors, 8 matrix finding, 9 compare regression, 10 compare
+# inconclusive, 130 interrupted).
+DOCUMENTED = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 130}
 EXECUTED_FOR_REAL = {("backends",)}
 EXAMPLES_PER_COMMAND = 40
 

@@ -87,7 +87,7 @@ def test_guest_device_names_listed_are_the_ones_verbs_accepts(out: Path) -> None
     assert (out / "check-rxe0.rc").read_text().strip() == "3"  # valid: got as far as connecting
     assert (out / "check-rxe9.rc").read_text().strip() == "2"
     err = (out / "check-rxe9.err").read_text()
-    assert "--device rxe9: no such RDMA device" in err and "rxe0 (port 1: ACTIVE" in err
+    assert "--device 'rxe9': no such RDMA device" in err and "rxe0 (port 1: ACTIVE" in err
 
 
 def test_guest_doctor_mtu_fix_follows_the_netdev(out: Path) -> None:

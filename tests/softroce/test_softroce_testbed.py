@@ -237,6 +237,26 @@ def test_control_dir_quotes_argv_exactly(tmp_path: Path) -> None:
     assert "FS_RDMA=rxe\n" in env and "FS_NONCE=00\n" in env
 
 
+@pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="ssh-keygen (openssh-client) missing")
+def test_two_guest_ssh_key_is_per_run_and_owner_only(tmp_path: Path) -> None:
+    """The key pair the guests' launcher uses: made fresh per run dir, the private half 0600 (it is
+    copied into the control shares with its mode, and ssh refuses a key others can read)."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    ka, kb = softroce._ssh_key_pair(a), softroce._ssh_key_pair(b)
+    assert set(ka) == {"ssh_key", "ssh_key.pub"}
+    assert (ka["ssh_key"].stat().st_mode & 0o077) == 0
+    assert ka["ssh_key.pub"].read_text().startswith("ssh-ed25519 ")
+    assert ka["ssh_key.pub"].read_text() != kb["ssh_key.pub"].read_text()
+    softroce._write_control_dir(
+        tmp_path / "ctl", nonce="00", role="client", addr="192.168.77.2", peer="192.168.77.1",
+        hosts="", cmd=["true"], rdma="rxe", wait_go=False, keep_alive=False, go_timeout_s=10,
+        siw_ko=None, extra_files=ka,
+    )
+    assert ((tmp_path / "ctl" / "ssh_key").stat().st_mode & 0o077) == 0
+
+
 @pytest.mark.softroce
 def test_fabscope_itself_in_the_guest(tmp_path: Path) -> None:
     """What a user does with `fabscope testbed softroce run -- ...`: the same fabscope and engine

@@ -246,7 +246,7 @@ def test_cm_refuses_uc(guest: dict[str, Any]) -> None:
 # ---- errors: what was asked, what exists, how to fix it ---------------------------------------
 
 ERROR_TEXT = {
-    "bad-device": ["--device mlx5_9", "no such RDMA device", "rxe0 (port 1: ACTIVE, Ethernet, netdev eth0)"],
+    "bad-device": ["--device 'mlx5_9'", "no such RDMA device", "rxe0 (port 1: ACTIVE, Ethernet, netdev eth0)"],
     "bad-port": ["--ib-port 2", "no such port", "1 (ACTIVE, Ethernet)"],
     "bad-gid-index": ["--gid-index 1000", "is empty", "Populated entries", f"1: RoCE v2 ::ffff:{RXE_IPV4} on eth0"],
     "mtu-above-active": ["--mtu 4096", "active MTU", "1024"],

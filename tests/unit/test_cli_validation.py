@@ -185,6 +185,9 @@ def test_an_argument_echoed_to_stdout_is_written_back_as_typed(tmp_path: Path) -
     """A strict UTF-8 stdout (e.g. an en_US.UTF-8 locale) used to raise UnicodeEncodeError when a
     command printed a non-UTF-8 argument (here: history naming its --store file)."""
     store = os.fsencode(tmp_path) + b"/\xff.db"
+    from fabscope.store import open_store
+
+    open_store(os.fsdecode(store)).close()  # history reads an existing store (it never creates one)
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"), PYTHONIOENCODING="utf-8:strict")
     out = subprocess.run([os.fsencode(sys.executable), b"-m", b"fabscope", b"history", b"--store", store],
                          capture_output=True, timeout=60, env=env)

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO, fabscope
 from fabscope import runner
-from fabscope.compare import EXIT_REGRESSION, Rule, Side, compare, welch_p
+from fabscope.compare import EXIT_INCONCLUSIVE, EXIT_REGRESSION, Rule, Side, compare, welch_p
 from fabscope.results import Histogram, Result, load_file, parse_record
 
 RECORDS = REPO / "tests" / "fixtures" / "records"
@@ -49,7 +49,9 @@ def test_blocking_receive_is_a_regression_and_back_an_improvement(busy_and_block
 def test_one_run_is_never_called(busy_and_block: tuple[Side, Side]) -> None:
     busy, block = busy_and_block
     (row,) = compare(Side("a", busy.runs[:1]), Side("b", block.runs[:1]))
-    assert row.verdict == "same" and row.evidence.startswith("one run: no statistical evidence")
+    assert row.verdict == "inconclusive" and "one run: no statistical evidence" in row.evidence
+    assert "about 3 runs a side would settle it" in row.evidence
+    assert row.runs_to_settle == 5  # the tail moved too, and the rank test across runs needs 5 a side
     assert row.change is not None and row.change > 0.5 and "Mann-Whitney U" in row.evidence
 
 
@@ -93,6 +95,15 @@ def test_effect_size_and_evidence_both_needed(shift: float, verdict: str) -> Non
     assert loose.verdict == ("regression" if shift > 1 else "improvement")
 
 
+def test_rank_p_against_known_values() -> None:
+    from fabscope.compare import rank_p
+
+    assert rank_p([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1)  # scipy mannwhitneyu(method="exact")
+    assert rank_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(2 / 252)
+    assert rank_p([1, 3, 5], [2, 4, 6]) == pytest.approx(0.7)
+    assert rank_p([1.0], [2.0, 3.0]) is None
+
+
 def test_welch_against_known_values() -> None:
     assert welch_p([1, 2, 3], [4, 5, 6]) == pytest.approx(0.021311641128756727, rel=1e-9)  # scipy ttest_ind
     assert welch_p([1, 1.1], [1, 1.1]) == pytest.approx(1.0)
@@ -122,10 +133,12 @@ def test_cli_compare_tags_and_files(tmp_path: Path) -> None:
         ran = fabscope("run", "--loopback", "--sizes", "8", "--iters", "300", "--poll", poll, "--store", str(db))
         assert ran.returncode == 0, ran.stderr
     one = fabscope("compare", "latest~1", "latest", "--store", str(db))
-    assert one.returncode == 0 and "one run: no statistical evidence" in one.stdout, one.stdout
+    # busy against block polling, one run each: a big change without evidence, never "same"
+    assert one.returncode == EXIT_INCONCLUSIVE and "one run: no statistical evidence" in one.stdout, one.stdout
+    assert "inconclusive" in one.stdout and "poll (effective)" in one.stdout  # the settings that differ
     files = fabscope("compare", str(RECORDS / "tcp-send-lat-loopback.jsonl"),
                      str(RECORDS / "tcp-send-lat-with-histogram.jsonl"))
-    assert files.returncode == 0 and "only-baseline" in files.stdout and "only-current" in files.stdout
+    assert files.returncode == EXIT_INCONCLUSIVE and "only-baseline" in files.stdout and "only-current" in files.stdout
     bad = fabscope("compare", "nosuchtag", "latest", "--store", str(db))
     assert bad.returncode == 2 and "tags there: fast, slow" in bad.stderr
 
@@ -144,4 +157,93 @@ def test_bandwidth_with_repeated_runs_is_called() -> None:
     rise = compare(base, Side("b", [[_bw(g)] for g in (12.0, 12.1, 11.9)]))[0]
     assert rise.verdict == "improvement"
     noisy = compare(base, Side("b", [[_bw(g)] for g in (6.0, 12.0, 9.0)]))[0]
-    assert noisy.verdict == "same" and noisy.p_runs is not None and noisy.p_runs > 0.01
+    assert noisy.verdict == "inconclusive" and noisy.p_runs is not None and noisy.p_runs > 0.01
+    # sized from the runs' spread: -10 % inside a spread of 6..12 Gb/s is beyond what repeating settles
+    assert noisy.runs_to_settle is None and "more than 100 runs a side" in noisy.evidence
+    wider = compare(base, Side("b", [[_bw(g)] for g in (8.4, 9.4, 9.0)]))[0]
+    assert wider.verdict == "inconclusive" and wider.runs_to_settle is not None and 3 < wider.runs_to_settle < 100
+
+
+# ---- inconclusive calls, the tail, the settings, A/A (issue 23) -----------------------------------
+
+def _tailed(p50_us: float, p99_us: float) -> Result:
+    """A real record with 2000 samples: 98 % around ``p50_us``, 2 % around ``p99_us`` (+-1 %)."""
+    rec = json.loads((RECORDS / "tcp-send-lat-with-histogram.jsonl").read_text().splitlines()[0])
+    body = [p50_us * 1000 * (0.99 + 0.02 * i / 1959) for i in range(1960)]
+    tail = [p99_us * 1000 * (0.99 + 0.02 * i / 39) for i in range(40)]
+    rec["latency_us"].update(min=body[0] / 1000, p50=p50_us, p99=p99_us, p999=tail[-3] / 1000, max=tail[-1] / 1000,
+                             histogram=Histogram.from_samples_ns(body + tail).to_json())
+    return parse_record(rec)
+
+
+def test_a_tail_regression_is_called_on_its_own() -> None:
+    """Same median, p99 30 % up in every run (a CPU hog on the engine's CPU): a tail regression."""
+    jitter = (1.0, 1.005, 0.995, 1.01, 0.99)
+    base = Side("a", [[_tailed(10.0 * j, 20.0 * j)] for j in jitter])
+    hog = Side("b", [[_tailed(10.0 * j, 26.0 * j)] for j in jitter])
+    (row,) = compare(base, hog)
+    assert row.verdict == "same" and row.tail_verdict == "regression", row
+    assert row.tail_metric == "latency p99 [us]" and row.tail_change == pytest.approx(0.3)
+    assert row.p_tail is not None and row.p_tail < 0.01
+    (back,) = compare(hog, base)
+    assert back.tail_verdict == "improvement"
+    (one,) = compare(Side("a", base.runs[:1]), Side("b", hog.runs[:1]))
+    assert one.tail_verdict == "inconclusive" and one.runs_to_settle == 5  # the rank test's fewest at 0.01
+    (three,) = compare(Side("a", base.runs[:3]), Side("b", hog.runs[:3]))
+    assert three.tail_verdict == "inconclusive" and "Mann-Whitney U over runs p=0.1" in three.tail_evidence
+
+
+def test_bandwidth_tail_is_the_slowest_interval() -> None:
+    def bw(gbps: float, slowest: float) -> Result:
+        rec = json.loads((RECORDS / "tcp-send-bw-loopback.jsonl").read_text().splitlines()[0])
+        rec.update(bandwidth_gbps=gbps, bandwidth_MBps=gbps * 125.0, bandwidth_min_gbps=slowest)
+        return parse_record(rec)
+
+    jitter = (1.0, 1.01, 0.99, 1.02, 0.98)
+    base = Side("a", [[bw(10.0 * j, 9.0 * j)] for j in jitter])
+    stalls = Side("b", [[bw(10.0 * j, 5.0 * j)] for j in jitter])
+    (row,) = compare(base, stalls)
+    assert (row.verdict, row.tail_verdict, row.tail_metric) == ("same", "regression", "slowest interval [Gb/s]")
+
+
+def test_cli_inconclusive_exit_code_and_settings_that_differ(tmp_path: Path) -> None:
+    from fabscope.store import open_store
+
+    a, b = _shaped(10.0).to_json(), _shaped(15.0).to_json()
+    b["config"] = dict(b["config"], **{"tx-depth": 16})
+    fa, fb = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    fa.write_text(json.dumps(a) + "\n")
+    fb.write_text(json.dumps(b) + "\n")
+    out = fabscope("compare", str(fa), str(fb))
+    assert out.returncode == EXIT_INCONCLUSIVE, out.stdout + out.stderr
+    head, _, table = out.stdout.partition("\ncase ")
+    assert "settings that differ" in head and "tx-depth: 64 -> 16" in head  # above the table
+    assert "inconclusive" in table and "about 3 runs a side would settle it" in table
+    db = tmp_path / "h.db"
+    with open_store(db) as store:
+        for p50 in (10.0, 10.05, 9.95):
+            store.add_run("run", ["run"], [_shaped(p50)], tag="x")
+    same = fabscope("compare", "x", "x", "--store", str(db))
+    assert same.returncode == 0 and "settings: the same on both sides" in same.stdout
+
+
+@pytest.fixture(scope="module")
+def aa_runs() -> list[list[Result]]:
+    """Twelve real loopback runs of one build and one configuration."""
+    return [[_run("busy")] for _ in range(12)]
+
+
+def test_a_against_a_on_real_runs_calls_at_most_one_in_twenty(aa_runs: list[list[Result]]) -> None:
+    """20 A/A comparisons, 3 runs a side drawn from 12 real runs: a call (regression or
+    improvement, median or tail) is a false call; at most one of 20 is allowed."""
+    import random
+
+    rng = random.Random(20)
+    calls, inconclusive = [], 0
+    for _ in range(20):
+        picked = rng.sample(aa_runs, 6)
+        (row,) = compare(Side("a", picked[:3]), Side("b", picked[3:]))
+        called = [v for v in (row.verdict, row.tail_verdict) if v in ("regression", "improvement")]
+        calls += [(v, row.change, row.tail_change) for v in called]
+        inconclusive += "inconclusive" in (row.verdict, row.tail_verdict)
+    assert len(calls) <= 1, (calls, inconclusive)

@@ -480,3 +480,72 @@ def test_alert_rules_pass_promtool_and_query_exported_metrics(exposed_names: set
     assert out.returncode == 0, out.stdout + out.stderr
     queried = _queried_metrics(ALERTS.read_text())
     assert queried and not queried - exposed_names, sorted(queried - exposed_names)
+
+
+# ---- a damaged history, --sysfs-root, --listen (issue 23) -----------------------------------------
+
+def test_a_damaged_store_never_takes_the_port_counters_down(tmp_path: Path) -> None:
+    """The store's pages overwritten: every scrape still serves the port metrics, the results of the
+    --results files, and names the store problem in fabscope_exporter_store_unreadable."""
+    import random
+
+    from fabscope.results import parse_record
+    from fabscope.store import open_store
+
+    rec = parse_record(json.loads(engine_records("--pattern", "lat", "--sizes", "8", "--iters", "50").splitlines()[0]))
+    db = tmp_path / "history.db"
+    with open_store(db) as st:
+        for _ in range(20):  # the exporter reads the newest 20 runs: the damage falls among them
+            st.add_run("run", ["fabscope", "run"], [rec])
+    assert db.stat().st_size > 16 * 4096
+    with open(db, "r+b") as fh:  # dd if=/dev/urandom of=history.db bs=4096 seek=12 count=3 conv=notrunc
+        fh.seek(12 * 4096)
+        fh.write(random.Random(23).randbytes(3 * 4096))
+    bw = tmp_path / "bw.jsonl"
+    bw.write_text(engine_records("--pattern", "bw", "--sizes", "4K", "--iters", "100"))
+    collector = exporter.FabscopeCollector(engine_bin(), sysfs_root=str(PMA),
+                                           results=exporter.ResultsSource([bw], store=db))
+    for _ in range(2):
+        text = exporter.render(collector).decode()
+        check_metrics(text)
+        assert samples(text, "fabscope_rdma_port_receive_bytes_total")  # the counters are served
+        assert one(text, "fabscope_result_bandwidth_bytes_per_second", pattern="bw", size="4096") > 0
+        ((labels, value),) = samples(text, "fabscope_exporter_store_unreadable").items()
+        assert value == 1 and dict(labels)["store"] == str(db) and "damaged" in dict(labels)["error"]
+    healthy = tmp_path / "ok.db"
+    with open_store(healthy) as st:
+        st.add_run("run", ["fabscope", "run"], [rec])
+    text = exporter.render(exporter.FabscopeCollector(
+        engine_bin(), sysfs_root=str(PMA), results=exporter.ResultsSource([], store=healthy))).decode()
+    assert not samples(text, "fabscope_exporter_store_unreadable")
+    assert one(text, "fabscope_result_latency_p50_seconds", pattern="lat", size="8") > 0
+
+
+def test_cli_refuses_a_sysfs_root_without_class() -> None:
+    out = fabscope("exporter", "--sysfs-root", str(FIXTURES / "rxe-qemu"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "class/infiniband" in out.stderr and f"did you mean {FIXTURES / 'rxe-qemu' / 'sys'}" in out.stderr
+
+
+def test_cli_listen_prints_the_real_url_and_explains_a_bad_value() -> None:
+    out = fabscope("exporter", "--listen", "abc", "--sysfs-root", str(PMA))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "'abc' is not an address or a host name" in out.stderr and "free port" not in out.stderr
+    with socket.socket() as held:  # a port in use
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        out = fabscope("exporter", "--listen", f"127.0.0.1:{port}", "--sysfs-root", str(PMA))
+    assert out.returncode == 2 and f"port {port} is in use" in out.stderr
+    # No port given: the default one, and the URL printed says so.
+    proc = subprocess.Popen([sys.executable, "-m", "fabscope", "exporter", "--listen", "127.0.0.1", "--sysfs-root",
+                             str(PMA)], env=dict(os.environ, PYTHONPATH=str(REPO / "python")),
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # the first line: serving ... or why not
+        if "in use" not in line:
+            assert "serving http://127.0.0.1:9730/metrics" in line, line
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

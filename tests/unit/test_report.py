@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,74 @@ def test_report_inputs_errors_name_file_and_line(tmp_path: Path) -> None:
     assert f"{bad}:2" in exc.value.message and exc.value.exit_code == 2
     out = fabscope("report", str(tmp_path / "missing.jsonl"), "--md", str(tmp_path / "r.md"))
     assert out.returncode == 2 and "no such file" in out.stderr and "Traceback" not in out.stderr
+
+
+# ---- reports of many runs (issue 23) ---------------------------------------------------------------
+
+def _tagged_store(db: Path, tags: dict[str, float], runs_per_tag: int) -> None:
+    """Stored runs of real records (tcp send lat 8 B and 64 KiB) with p50 scaled per tag and run."""
+    from fabscope.store import open_store
+
+    raw = [json.loads(line) for line in (FIXTURES / "records" / "tcp-send-lat-with-histogram.jsonl").read_text()
+           .splitlines()]
+    with open_store(db) as store:
+        for i in range(runs_per_tag):
+            for tag, scale in tags.items():
+                recs = []
+                for rec in raw:
+                    lat = dict(rec["latency_us"])
+                    factor = scale * (1.0 + 0.02 * i)
+                    for key in ("min", "p50", "mean", "p99", "p999", "max"):
+                        lat[key] = lat[key] * factor
+                    recs.append(parse_record(dict(rec, latency_us=lat), judge_path=False))
+                store.add_run("run", ["run", "--tag", tag], recs, tag=tag)
+
+
+def test_a_report_of_two_tags_draws_one_series_per_tag_with_its_spread(tmp_path: Path) -> None:
+    from fabscope.report.figures import distributions, latency_series
+
+    db = tmp_path / "h.db"
+    _tagged_store(db, {"before": 1.0, "after": 1.5}, runs_per_tag=3)
+    inputs = read_inputs(["before", "after"], str(db))
+    series = latency_series(inputs.records)
+    assert [s.label for s in series] == ["tcp send [tag before]", "tcp send [tag after]"]
+    before = series[0]
+    assert list(before.sizes) == [8, 65536] and before.runs[0] == "1, 3, 5"
+    assert before.p50_lo[0] < before.p50_us[0] < before.p50_hi[0]  # the median of 3 runs inside their spread
+    assert series[1].p50_us[0] == pytest.approx(1.5 * before.p50_us[0])
+    chart = charts.latency_vs_size(series, "half round trip")
+    assert [c.title for c in chart.table.columns][-1] == "runs" and chart.table.columns[0].title == "transport [tag]"
+    dists = distributions(inputs.records)
+    assert [d.label for d in dists] == ["tcp send [tag before, 3 runs merged]", "tcp send [tag after, 3 runs merged]"]
+    assert all(d.size == 65536 and d.buckets for d in dists)
+    # one tag, many runs: still the median line with the spread, not one zigzag through every run
+    (one,) = latency_series(read_inputs(["before"], str(db)).records)
+    assert one.label == "tcp send [tag before]" and one.p50_lo
+
+
+def test_every_series_has_its_own_colour_and_marker_and_plain_ticks() -> None:
+    pairs = [charts.style(i) for i in range(40)]
+    assert len(set(pairs)) == 40 and len({c for c, _ in pairs[:20]}) == 20
+    assert [charts.plain_number(v) for v in (0.5, 1, 10, 100, 400, 20000)] == ["0.5", "1", "10", "100", "400",
+                                                                               "20 000"]
+    series = [charts.LatencySeries(f"t{i}", [8, 64], [100.0 + i, 200.0 + i], [300.0 + i, 450.0 + i])
+              for i in range(14)]
+    svg = charts.latency_vs_size(series, "half round trip").svg
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert texts[:6] == ["8", "16", "32", "64", "message size [bytes]", "100"] and "200" in texts  # plain numbers
+    assert "t13 p50" in texts
+
+
+def test_report_size_not_measured_and_output_over_an_input_are_refused(tmp_path: Path) -> None:
+    rec = FIXTURES / "records" / "tcp-send-lat-loopback.jsonl"
+    out = fabscope("report", str(rec), "--size", "3", "--html", str(tmp_path / "r.html"))
+    assert out.returncode == 2 and "--size 3" in out.stderr and "8 B, 4096 B" in out.stderr
+    assert not (tmp_path / "r.html").exists()
+    copy = tmp_path / "x.jsonl"
+    copy.write_text(rec.read_text())
+    before = copy.read_text()
+    out = fabscope("report", str(copy), "--html", str(copy))
+    assert out.returncode == 2 and "that is an input of this report" in out.stderr
+    assert copy.read_text() == before
+    out = fabscope("report", str(copy), "--md", str(tmp_path / "same"), "--csv", str(tmp_path / "same"))
+    assert out.returncode == 2 and "writes to the same file" in out.stderr

@@ -77,11 +77,13 @@ def test_saved_verdicts_agree_where_the_request_rules_did_not_change() -> None:
 
 
 def test_export_is_lossless() -> None:
-    """JSON export is the engine's record plus path: nothing dropped, nothing renamed."""
+    """JSON export is the engine's record plus path and explanation: nothing dropped, nothing renamed."""
     for path in sorted(RECORDS.glob("*.jsonl")):
         with open(path, encoding="utf-8") as fh:
             first = json.loads(fh.readline())
-        assert parse_record(first, judge_path=False).to_json() == first
+        exported = parse_record(first, judge_path=False).to_json()
+        assert exported.pop("explanation")["causes"]
+        assert exported == first
         again = parse_record(json.loads(json.dumps(parse_record(first).to_json())))
         assert again.path.verdict == parse_record(first).path.verdict
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from fabscope.devices import discover
 from fabscope.doctor import Context, run_doctor
 
@@ -39,9 +41,11 @@ def _side(root: Path) -> dict[str, object]:
     }
 
 
-def test_a_real_rxe_write_is_verified_by_port_packets_and_netdev_bytes() -> None:
+@pytest.mark.parametrize("device", ["rxe0", "rxe0:1"])
+def test_a_real_rxe_write_is_verified_by_port_packets_and_netdev_bytes(device: str) -> None:
     """The capture brackets `ib_write_bw -n 500 -s 65536` (32,768,000 payload bytes) with
-    counter copies: rxe counts the packets, eth0 behind it the bytes."""
+    counter copies: rxe counts the packets, eth0 behind it the bytes. A request for the port
+    (UCX_NET_DEVICES' rxe0:1) is proved the same way as one for the device."""
     from fabscope.results.verdict import verdict
 
     before, after = _side(RXE.parent / "counters-before" / "sys"), _side(RXE)
@@ -51,7 +55,7 @@ def test_a_real_rxe_write_is_verified_by_port_packets_and_netdev_bytes() -> None
         "rdma": {"rxe0/1": {"link_layer": "Ethernet", "ndevs": ["eth0"], "before": before["rdma"], "after": after["rdma"]}},
     }
     record = {"pattern": "bw", "op": "write", "size": 65536, "iterations": 500, "warmup": 0,
-              "config": {"device": "rxe0"}, "transport": {"local": {}}, "counters": {"local": local, "peer": None}}
+              "config": {"device": device}, "transport": {"local": {}}, "counters": {"local": local, "peer": None}}
     path = verdict(record)
     assert path["verdict"] == "verified", path
     side = path["sides"]["local"]

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -165,7 +166,8 @@ def test_run_keeps_its_results_and_history_shows_them(tmp_path: Path) -> None:
     (rec,) = [json.loads(line) for line in exported.stdout.splitlines()]
     assert rec["size"] == 1024 and rec["latency_us"]["histogram"]["buckets"]
     csv = fabscope("history", "export", "--format", "csv", "--store", str(db))
-    assert csv.stdout.count("\n") == 3 and csv.stdout.startswith("backend,op,pattern,size")
+    assert csv.stdout.count("\n") == 3 and csv.stdout.startswith("run,tag,started_at,backend,op,pattern,size")
+    assert csv.stdout.splitlines()[1].startswith("1,first,")
     xdg = tmp_path / "xdg"
     ran = fabscope("run", "--loopback", "--sizes", "8", "--iters", "100", env={"XDG_DATA_HOME": str(xdg)})
     assert ran.returncode == 0 and (xdg / "fabscope" / "history.db").is_file()
@@ -185,6 +187,8 @@ def test_run_keeps_its_results_and_history_shows_them(tmp_path: Path) -> None:
 )
 def test_history_mistakes_exit_2(tmp_path: Path, args: list[str], says: str) -> None:
     store = [] if "--no-store" in args else ["--store", str(tmp_path / "m.db")]
+    if store:
+        open_store(tmp_path / "m.db").close()  # reading commands need an existing store
     out = fabscope(*args, *store)
     assert out.returncode == 2, out.stderr
     assert says in out.stderr and "Traceback" not in out.stderr
@@ -220,3 +224,193 @@ def test_a_matrix_is_kept_with_its_findings(tmp_path: Path) -> None:
         (summary,) = store.summaries(run_id)
         assert summary["schema"] == "fabscope.matrix/1" and summary["findings"][0]["kind"] == "link"
         assert "pairs" not in summary
+
+
+# ---- damage, read-only opening, NaN, tags (issue 23) ---------------------------------------------
+
+@dataclass
+class Said:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> Said:
+    """The CLI in this process (what `fabscope ARGS` runs, minus the interpreter's start: these
+    commands start no engine); an exception escaping it fails the test like a traceback would."""
+    from fabscope.cli import main
+
+    capsys.readouterr()
+    rc = main(list(args))
+    out = capsys.readouterr()
+    return Said(rc, out.out, out.err)
+
+
+def _many_runs(db: Path, runs: int = 60) -> None:
+    """A store of ``runs`` runs (two real records each, tags t0..t4): ~250 pages of 4 KiB."""
+    recs = load_file(RECORDS / "tcp-send-lat-with-histogram.jsonl")
+    with open_store(db) as store:
+        for i in range(runs):
+            store.add_run("run", ["run", "--loopback"], recs, tag=f"t{i % 5}")
+
+
+def _damage(db: Path) -> None:
+    """`dd if=/dev/urandom of=h.db bs=4096 seek=12 count=3 conv=notrunc`, with fixed bytes."""
+    with open(db, "r+b") as fh:
+        fh.seek(12 * 4096)
+        fh.write(random.Random(23).randbytes(3 * 4096))
+
+
+def test_a_damaged_store_is_an_error_in_every_command_and_salvage_keeps_the_rest(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "h.db"
+    _many_runs(db)
+    _damage(db)
+    size = db.stat().st_size
+    commands = [["history"], ["history", "show", "1"], ["history", "export"], ["compare", "t0", "t1"],
+                ["report", "t0", "t1"], ["history", "check"]]
+    for args in commands:
+        out = cli(capsys, *args, "--store", str(db))
+        if out.returncode == 0:  # only possible where the command read no damaged page
+            assert args[:2] in (["history"], ["history", "show"]), (args, out.stdout)
+            continue
+        assert out.returncode == 2, (args, out.stderr)
+        assert str(db) in out.stderr and f"history salvage NEW.db --store {db}" in out.stderr, (args, out.stderr)
+    run = fabscope("run", "--loopback", "--sizes", "8", "--iters", "10", "--store", str(db))
+    assert run.returncode == 2 and "nothing was measured" in run.stderr and "#bytes" not in run.stdout
+    assert f"history salvage NEW.db --store {db}" in run.stderr and "Traceback" not in run.stderr
+    assert db.stat().st_size == size  # the run wrote nothing into the damaged file
+    saved = tmp_path / "saved.db"
+    out = cli(capsys, "history", "salvage", str(saved), "--store", str(db))
+    assert out.returncode == 0, out.stderr
+    assert "lost: run 1:" in out.stdout  # the damaged pages held run 1's records
+    with open_store(saved) as store:
+        assert store.integrity() == "ok"
+        runs = store.runs(limit=None)
+        assert 50 <= len(runs) <= 60 and {r.tag for r in runs} == {f"t{i}" for i in range(5)}
+        assert all(r.argv == ["run", "--loopback"] for r in runs)
+        assert all(r.latency is not None for r in store.results())
+    assert cli(capsys, "history", "check", "--store", str(saved)).returncode == 0
+    again = cli(capsys, "history", "salvage", str(saved), "--store", str(db))
+    assert again.returncode == 2 and "never writes over a file" in again.stderr
+
+
+def test_reading_commands_never_create_a_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "no" / "such" / "h.db"
+    rec = str(RECORDS / "tcp-send-lat-loopback.jsonl")
+    for args in (["history"], ["history", "export"], ["history", "check"], ["compare", "t1", "latest"],
+                 ["report", "latest"], ["report", rec, "--html", str(tmp_path / "r.html")]):
+        out = cli(capsys, *args, "--store", str(missing))
+        assert out.returncode == 2, (args, out.stdout, out.stderr)
+        assert "no history store at" in out.stderr and "Traceback" not in out.stderr, (args, out.stderr)
+    assert not (tmp_path / "no").exists()
+
+
+def test_a_store_in_a_read_only_directory_is_read(tmp_path: Path) -> None:
+    """history, compare and report read a store whose directory this user cannot write (root
+    writes anywhere: then the commands run as nobody)."""
+    import shutil
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="fabscope-ro-"))  # 0700 parents of tmp_path would hide it from nobody
+    try:
+        db = where / "h.db"
+        _many_runs(db, runs=4)
+        db.chmod(0o644)
+        where.chmod(0o555)
+        python = sys.executable
+        as_user: list[str] = []
+        if os.geteuid() == 0:
+            # nobody cannot enter root's home, where this venv's interpreter may live: the system's
+            # Python runs these stdlib-only commands
+            python = shutil.which("python3", path="/usr/bin:/bin") or ""
+            if not python or not shutil.which("runuser"):
+                pytest.skip("root, without runuser and a system python3 to run the commands as nobody")
+            as_user = ["runuser", "-u", "nobody", "--"]
+        env = dict(os.environ, PYTHONPATH=str(REPO / "python"), XDG_DATA_HOME=str(where / "xdg"))
+        for args in (["history"], ["compare", "t0", "t1"], ["report", "t0"], ["history", "check"]):
+            out = subprocess.run([*as_user, python, "-m", "fabscope", *args, "--store", str(db)],
+                                 capture_output=True, text=True, timeout=120, env=env, cwd="/")
+            assert out.returncode in (0, 10), (args, out.stderr)  # compare: 10 = inconclusive (one run a side)
+            assert "readonly" not in out.stderr and "Traceback" not in out.stderr
+        assert sorted(p.name for p in where.iterdir()) == ["h.db"]
+    finally:
+        where.chmod(0o755)
+        shutil.rmtree(where)
+
+
+def _record_line(**latency: float) -> str:
+    rec = json.loads((RECORDS / "tcp-send-lat-with-histogram.jsonl").read_text().splitlines()[0])
+    rec["latency_us"].update(latency)
+    return json.dumps(rec)  # json writes NaN / Infinity, as a hand-edited file would have them
+
+
+def test_nan_and_infinity_are_refused_naming_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = (RECORDS / "tcp-send-lat-loopback.jsonl").read_text().splitlines()[0]
+    for bad in (_record_line(p50=float("nan")), _record_line(max=float("inf"))):
+        f = tmp_path / "bad.jsonl"
+        f.write_text(good + "\n" + bad + "\n")
+        for args in (["compare", str(f), str(RECORDS / "tcp-send-lat-loopback.jsonl")], ["report", str(f)]):
+            out = cli(capsys, *args)
+            assert out.returncode == 2 and f"{f}:2" in out.stderr and "finite" in out.stderr, (args, out.stderr)
+    db = tmp_path / "nan.db"
+    _many_runs(db, runs=1)
+    con = sqlite3.connect(db)
+    con.execute("UPDATE results SET record = ? WHERE seq = 1", (_record_line(p99=float("nan")),))
+    con.commit()
+    con.close()
+    out = cli(capsys, "history", "export", "--store", str(db))
+    assert out.returncode == 2 and f"{db}: run 1, result 2" in out.stderr and "finite" in out.stderr, out.stderr
+
+
+def test_a_foreign_line_is_refused_by_compare_as_by_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "mixed.jsonl"
+    f.write_text((RECORDS / "tcp-send-lat-loopback.jsonl").read_text() + '{"schema": "iperf3/1", "x": 1}\n')
+    for args in (["compare", str(f), str(f)], ["report", str(f)]):
+        out = cli(capsys, *args)
+        assert out.returncode == 2 and f"{f}:3" in out.stderr and "iperf3/1" in out.stderr, (args, out.stderr)
+
+
+def test_exported_records_keep_their_runs_for_compare(tmp_path: Path) -> None:
+    from test_compare import _shaped  # real records with known latencies
+
+    db = tmp_path / "h.db"
+    with open_store(db) as store:
+        for p50 in (10.0, 10.05, 9.95, 10.1, 9.9):
+            store.add_run("run", ["run"], [_shaped(p50)], tag="before")
+            store.add_run("run", ["run"], [_shaped(p50 * 1.5)], tag="after")
+    files = []
+    for tag in ("before", "after"):
+        out = fabscope("history", "export", "--tag", tag, "--store", str(db))
+        lines = [json.loads(line) for line in out.stdout.splitlines()]
+        assert [r["run"]["tag"] for r in lines] == [tag] * 5 and len({r["run"]["id"] for r in lines}) == 5
+        files.append(tmp_path / f"{tag}.jsonl")
+        files[-1].write_text(out.stdout)
+    out = fabscope("compare", *map(str, files), "--format", "json")
+    (row,) = [json.loads(line) for line in out.stdout.splitlines()]
+    assert row["runs"] == [5, 5] and row["verdict"] == "regression" and out.returncode == 9
+
+
+@pytest.mark.parametrize("tag", ["latest", "latest~2", "12", "a/b", "x.jsonl"])
+def test_tags_that_read_as_runs_or_files_are_refused(tag: str) -> None:
+    from fabscope.cli import main
+
+    assert main(["suite", "--no-store", "--tag", tag], execute=False) == 2
+
+
+def test_history_formats_are_honoured_or_refused(tmp_path: Path) -> None:
+    """As a subprocess: `jq` reads exactly what the process writes to stdout."""
+    db = tmp_path / "h.db"
+    _many_runs(db, runs=2)
+    shown = fabscope("history", "show", "1", "--format", "json", "--store", str(db))
+    lines = [json.loads(line) for line in shown.stdout.splitlines()]  # pure JSON lines: jq reads them
+    assert len(lines) == 2 and lines[0]["run"]["id"] == 1
+    listed = fabscope("history", "--format", "csv", "--store", str(db))
+    assert listed.stdout.splitlines()[0] == "run,started_at,command,tag,results,hosts,cases"
+    assert len(listed.stdout.splitlines()) == 3
+    js = fabscope("history", "--format", "json", "--store", str(db))
+    assert [json.loads(line)["id"] for line in js.stdout.splitlines()] == [2, 1]
+    refused = fabscope("history", "check", "--format", "csv", "--store", str(db))
+    assert refused.returncode == 2 and "check writes text" in refused.stderr
+    ok = fabscope("history", "check", "--store", str(db))
+    assert ok.returncode == 0 and "ok" in ok.stdout and "2 run(s)" in ok.stdout

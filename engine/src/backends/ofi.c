@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <dlfcn.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <rdma/fabric.h>
@@ -24,6 +25,7 @@
 #include <string.h>
 
 #include "../core/backend.h"
+#include "../core/datapath.h"
 #include "../core/inventory.h"
 
 /* libfabric is opened when this backend is first used, not linked into the engine: Debian's
@@ -49,10 +51,21 @@ static struct {
 #define fi_tostr (*lf.tostr)
 #define fi_version (*lf.version)
 
+/* Whether this process set FI_SOCKETS_PE_WAITTIME itself (lf_open), for the record. */
+static int pe_waittime_set;
+
 static int lf_open(struct fs_err *err)
 {
     if (lf.handle)
         return 0;
+    /* The sockets provider's progress thread waits FI_SOCKETS_PE_WAITTIME (10 ms by default)
+     * between passes: every ping-pong took 10 ms and a 5,000-iteration row outlived its deadline.
+     * libfabric reads the variable once, when its providers are initialised (the first
+     * fi_getinfo, possibly a device check long before the provider is known), so it is set here,
+     * before libfabric is loaded, unless the user set it; it changes nothing but that provider,
+     * and the record says which value ran and who set it (describe). */
+    if (!getenv("FI_SOCKETS_PE_WAITTIME") && setenv("FI_SOCKETS_PE_WAITTIME", "0", 0) == 0)
+        pe_waittime_set = 1;
     void *h = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h)
         return fs_fail(err, FS_EXIT_UNSUPPORTED,
@@ -251,6 +264,46 @@ static const char *domain_wanted(const struct ofi_opts *o, const char *device, s
     return o->domain[0] ? o->domain : device;
 }
 
+/* FI_PROVIDER in the environment filters the providers libfabric loads: a message about a
+ * provider that is missing or cannot do something names it, as UCX_TLS is named by the ucx
+ * backend. Returns "" when it is not set. */
+static const char *fi_provider_note(char *buf, size_t len)
+{
+    const char *env = getenv("FI_PROVIDER");
+    char sv[FS_SHOWN_LEN];
+    buf[0] = '\0'; /* callers print buf itself */
+    if (!env || !env[0])
+        return buf;
+    snprintf(buf, len,
+             " (FI_PROVIDER=%s in the environment limits libfabric to the providers it names; "
+             "unset FI_PROVIDER to use the others)",
+             fs_shown(env, sv, sizeof sv));
+    return buf;
+}
+
+/* FI_PROVIDER that leaves libfabric no provider at all (a typo, or a provider not built here). */
+static int check_fi_provider_env(struct fs_err *err)
+{
+    const char *env = getenv("FI_PROVIDER");
+    if (!env || !env[0])
+        return 0;
+    struct fi_info *all = NULL;
+    int rc = fi_getinfo(OFI_API, NULL, NULL, 0, NULL, &all);
+    if (rc == 0 && all) {
+        fi_freeinfo(all);
+        return 0;
+    }
+    if (rc && rc != -FI_ENODATA)
+        return fi_failc(err, FS_EXIT_MEASURE, "fi_getinfo (listing providers)", rc);
+    char sv[FS_SHOWN_LEN];
+    return fs_fail(err, FS_EXIT_USAGE,
+                   "FI_PROVIDER=%s (from the environment): libfabric has no provider of that name "
+                   "on this host, so it offers none at all. Unset FI_PROVIDER (and name the "
+                   "provider with --provider), or set it to one that `env -u FI_PROVIDER fi_info "
+                   "-l` lists",
+                   fs_shown(env, sv, sizeof sv));
+}
+
 /* Names only: provider and domain exist on this host (any endpoint type, any caps). */
 static int check_names(const struct ofi_opts *o, const char *domain, struct fs_err *err)
 {
@@ -273,12 +326,14 @@ static int check_names(const struct ofi_opts *o, const char *domain, struct fs_e
             dom_found = 1;
     }
     fi_freeinfo(all);
+    char note[FS_SHOWN_LEN + 160];
     if (!prov_found)
         return fs_fail(err, FS_EXIT_USAGE,
                        "--provider %s: libfabric has no such provider on this host; providers "
-                       "here: %s (`fabscope devices` lists them; `fi_info -l` also names utility "
-                       "providers such as ofi_rxm that only run layered under one of these)",
-                       o->provider, provs);
+                       "here: %s%s (`fabscope devices` lists them; `fi_info -l` also names "
+                       "utility providers such as ofi_rxm that only run layered under one of "
+                       "these)",
+                       o->provider, provs, fi_provider_note(note, sizeof note));
     if (!dom_found)
         return fs_fail(err, FS_EXIT_USAGE,
                        "--domain %s: provider %s has no such domain on this host; its domains: "
@@ -290,7 +345,7 @@ static int check_names(const struct ofi_opts *o, const char *domain, struct fs_e
 
 static int ofi_check(const struct fs_spec *spec, const void *opts, struct fs_err *err)
 {
-    if (lf_open(err))
+    if (lf_open(err) || check_fi_provider_env(err))
         return -1;
     const struct ofi_opts *o = opts;
     const char *domain = domain_wanted(o, spec->device, err);
@@ -345,11 +400,14 @@ static int sockaddr_format(uint32_t fmt)
     return fmt == FI_SOCKADDR_IN || fmt == FI_SOCKADDR_IN6 || fmt == FI_SOCKADDR;
 }
 
-/* First result that is the asked provider (core name or exact stack). */
-static struct fi_info *pick(struct fi_info *list, const char *prov)
+/* First result that is the asked provider (core name or exact stack) on the asked domain. The
+ * domain hint alone is not enough: a utility provider (tcp;ofi_rxm, 1.17) answered a hint of
+ * "fabric0" with its mgmt0 domain, and the run went over the management network. */
+static struct fi_info *pick(struct fi_info *list, const char *prov, const char *domain)
 {
     for (struct fi_info *i = list; i; i = i->next)
-        if (prov_matches(prov, i->fabric_attr->prov_name))
+        if (prov_matches(prov, i->fabric_attr->prov_name) &&
+            (!domain[0] || strcmp(domain, i->domain_attr->name) == 0))
             return i;
     return NULL;
 }
@@ -374,20 +432,22 @@ static int explain_unsupported(struct ofi *f, const char *domain, struct fs_err 
         fi_freeinfo(all);
     }
     const char *p = f->o.provider[0] ? f->o.provider : "(any)";
+    char note[FS_SHOWN_LEN + 160];
+    fi_provider_note(note, sizeof note);
     if (!prov_has_type)
         return fs_fail(err, FS_EXIT_UNSUPPORTED,
                        "unsupported by provider %s: endpoint type %s (it offers: %s); try "
-                       "--ofi-ep %s",
+                       "--ofi-ep %s%s",
                        p, ep_name(f->ep_type), types[0] ? types : "none",
-                       f->ep_type == FI_EP_MSG ? "rdm" : "msg");
+                       f->ep_type == FI_EP_MSG ? "rdm" : "msg", note);
     return fs_fail(err, FS_EXIT_UNSUPPORTED,
                    "unsupported by provider %s: op %s (%s) on a %s endpoint with fabscope's "
-                   "memory-registration modes; providers that can: %s",
+                   "memory-registration modes; providers that can: %s%s",
                    p, fs_ops[f->op].name,
                    f->op == FS_OP_SEND   ? "FI_MSG"
                    : f->op == FS_OP_WRITE || f->op == FS_OP_READ ? "FI_RMA"
                                                                   : "FI_ATOMIC",
-                   ep_name(f->ep_type), provs[0] ? provs : "none here");
+                   ep_name(f->ep_type), provs[0] ? provs : "none here", note);
 }
 
 static int getinfo(struct ofi *f, const char *domain, struct fs_err *err)
@@ -397,13 +457,19 @@ static int getinfo(struct ofi *f, const char *domain, struct fs_err *err)
         return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
     struct fi_info *list = NULL;
     int rc = fi_getinfo(OFI_API, NULL, NULL, 0, h, &list);
-    struct fi_info *chosen = rc ? NULL : pick(list, f->o.provider);
-    if (chosen && !domain[0] && sockaddr_format(chosen->addr_format) && f->source_addr[0]) {
+    struct fi_info *chosen = rc ? NULL : pick(list, f->o.provider, domain);
+    if (!chosen && domain[0] && !rc) {
+        /* The named domain is an interface (sockets providers): ask for its address. */
+        struct fi_info *any = pick(list, f->o.provider, "");
+        if (any && sockaddr_format(any->addr_format) && f->source_addr[0])
+            chosen = any; /* replaced by the bound listing below, or refused after it */
+    }
+    if (chosen && sockaddr_format(chosen->addr_format) && f->source_addr[0]) {
         /* Follow the data-path (or control) address, as the tcp backend does, instead of
          * whatever interface the provider lists first. */
         struct fi_info *bound = NULL;
         if (fi_getinfo(OFI_API, f->source_addr, NULL, FI_SOURCE, h, &bound) == 0) {
-            struct fi_info *b = pick(bound, f->o.provider);
+            struct fi_info *b = pick(bound, f->o.provider, domain);
             if (b) {
                 fi_freeinfo(list);
                 list = bound;
@@ -414,6 +480,16 @@ static int getinfo(struct ofi *f, const char *domain, struct fs_err *err)
         }
     }
     fi_freeinfo(h);
+    if (chosen && domain[0] && strcmp(chosen->domain_attr->name, domain) != 0) {
+        int e = fs_fail(err, FS_EXIT_UNSUPPORTED,
+                        "--domain/--device %s: provider %s offers this endpoint only on domain %s "
+                        "here, not on %s; name a domain it lists (`fi_info -p %s`) or bind the "
+                        "interface's address",
+                        domain, chosen->fabric_attr->prov_name, chosen->domain_attr->name, domain,
+                        f->o.provider[0] ? f->o.provider : chosen->fabric_attr->prov_name);
+        fi_freeinfo(list);
+        return e;
+    }
     if (!chosen) {
         fi_freeinfo(list);
         return explain_unsupported(f, domain, err);
@@ -466,6 +542,14 @@ static int bind_enable(struct ofi *f, struct fs_err *err)
         rc = fi_ep_bind(f->ep, &f->eq->fid, 0);
     if (!rc)
         rc = fi_enable(f->ep);
+    if (rc == -FI_EINVAL && strstr(f->info->fabric_attr->prov_name, "ofi_rxm"))
+        /* Seen on rxe: "Unable to create verbs CQ" in FI_LOG_LEVEL=warn; fi_pingpong fails alike. */
+        return fs_fail(err, FS_EXIT_MEASURE,
+                       "ofi: binding/enabling the %s endpoint: %s (%d); ofi_rxm sizes each "
+                       "connection's CQ as (tx + rx size) x FI_UNIVERSE_SIZE (default 256), which "
+                       "a device with few CQ entries refuses (rxe: max_cqe 32767, see "
+                       "ibv_devinfo -v): set FI_UNIVERSE_SIZE=32 on both hosts",
+                       f->info->fabric_attr->prov_name, fi_strerror(EINVAL), rc);
     return rc ? fi_failc(err, FS_EXIT_MEASURE, "binding/enabling the endpoint", rc) : 0;
 }
 
@@ -504,13 +588,14 @@ static int choose_inject(struct ofi *f, struct fs_err *err)
 
 static int ofi_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
 {
+    const struct ofi_opts *asked = ctx->opts;
     if (lf_open(err))
         return -1;
     struct ofi *f = calloc(1, sizeof *f);
     if (!f)
         return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
     *out = f;
-    f->o = *(const struct ofi_opts *)ctx->opts;
+    f->o = *asked;
     f->is_server = ctx->is_server;
     f->block = ctx->block;
     f->timeout_s = ctx->spec->timeout;
@@ -531,6 +616,17 @@ static int ofi_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     const char *domain = domain_wanted(&f->o, ctx->spec->device, err);
     if (!domain || check_names(&f->o, domain, err))
         return -1;
+    if (domain[0]) {
+        /* A domain that is an interface (tcp, net, udp, sockets) is bound by its own address:
+         * the control connection's address may be on another network. */
+        struct ifaddrs *ifa = NULL;
+        char own[INET6_ADDRSTRLEN];
+        if (getifaddrs(&ifa) == 0) {
+            if (fs_datapath_addr_of(ifa, domain, own, sizeof own) == 0)
+                snprintf(f->source_addr, sizeof f->source_addr, "%s", own);
+            freeifaddrs(ifa);
+        }
+    }
     snprintf(f->domain_req, sizeof f->domain_req, "%s", domain);
     if (getinfo(f, domain, err))
         return -1;
@@ -747,7 +843,7 @@ static int ofi_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
     struct fi_info *list = NULL;
     rc = fi_getinfo(OFI_API, NULL, NULL, 0, h, &list);
     fi_freeinfo(h); /* frees name too */
-    struct fi_info *c = rc ? NULL : pick(list, f->info->fabric_attr->prov_name);
+    struct fi_info *c = rc ? NULL : pick(list, f->info->fabric_attr->prov_name, f->info->domain_attr->name);
     if (!c) {
         fi_freeinfo(list);
         return fs_fail(err, FS_EXIT_PEER, "ofi: provider %s cannot address the server: %s",
@@ -1018,10 +1114,14 @@ static void ofi_describe(void *be, cJSON *o)
             sockaddr_str(i->addr_format, name, len, a, sizeof a) == 0)
             cJSON_AddStringToObject(o, "peer_address", a);
     }
-    if (strncmp(i->fabric_attr->prov_name, "sockets", 7) == 0 && !getenv("FI_SOCKETS_PE_WAITTIME"))
-        cJSON_AddStringToObject(o, "note",
-                                "the sockets provider's progress thread spins 10 ms per transfer "
-                                "unless FI_SOCKETS_PE_WAITTIME=0 is set");
+    if (strncmp(i->fabric_attr->prov_name, "sockets", 7) == 0) {
+        const char *w = getenv("FI_SOCKETS_PE_WAITTIME");
+        char txt[96];
+        snprintf(txt, sizeof txt, "FI_SOCKETS_PE_WAITTIME=%s (%s)", w ? w : "unset (10 ms)",
+                 pe_waittime_set ? "set by fabscope: 10 ms per pass made every round trip 10 ms"
+                                 : "from the environment");
+        cJSON_AddStringToObject(o, "progress_thread", txt);
+    }
 }
 
 static void ofi_teardown(void *be)

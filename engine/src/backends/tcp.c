@@ -9,16 +9,20 @@
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_dsack_dups (glibc's stops before it) */
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "../core/backend.h"
 #include "../core/clock.h"
+#include "../core/ctl.h"
+#include "../core/pollwait.h"
 
 struct tcp_opts {
     int nodelay;
@@ -56,6 +60,13 @@ struct tcp {
     uint64_t tx_pending, tx_off, tx_completed;
     uint64_t rx_partial;
     int sndbuf_eff, rcvbuf_eff;
+    int bound;                          /* a session key: data connections carry its token */
+    uint8_t token[FS_DATA_TOKEN_LEN];   /* fs_data_token, the data connection's first bytes */
+    unsigned strangers;                 /* connections to the data port without the token */
+    /* TCP_INFO tcpi_total_retrans and tcpi_dsack_dups when the last phase began (-1: not read):
+     * describe() reports the segments this socket retransmitted since (the measured phase), and
+     * how many of them the receiver reported as duplicates (spurious: a late ACK, not a loss). */
+    long long retrans_base, dsack_base;
 };
 
 static void list_netdevs(char *buf, size_t len)
@@ -100,12 +111,12 @@ static void owner_of(const char *addr, char *dev, size_t len, char *all, size_t 
 
 static int check_local_names(const char *device, const char *bind_addr, struct fs_err *err)
 {
-    char list[2048];
+    char list[2048], sv[FS_SHOWN_LEN];
     if (device[0] && if_nametoindex(device) == 0) {
         list_netdevs(list, sizeof list);
         return fs_fail(err, FS_EXIT_USAGE,
-                       "--device %s: no such network device on this host; it has: %s", device,
-                       list);
+                       "--device %s: no such network device on this host; it has: %s",
+                       fs_shown(device, sv, sizeof sv), list);
     }
     if (bind_addr[0]) {
         char dev[IF_NAMESIZE + 1];
@@ -114,7 +125,7 @@ static int check_local_names(const char *device, const char *bind_addr, struct f
             return fs_fail(err, FS_EXIT_USAGE,
                            "--bind %s: no interface on this host has that address; addresses "
                            "here: %s",
-                           bind_addr, list);
+                           fs_shown(bind_addr, sv, sizeof sv), list);
     }
     return 0;
 }
@@ -181,6 +192,7 @@ static int tcp_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     t->o = *(const struct tcp_opts *)ctx->opts;
     t->is_server = ctx->is_server;
     t->listen_fd = t->fd = -1;
+    t->retrans_base = t->dsack_base = -1;
     snprintf(t->device, sizeof t->device, "%s", ctx->spec->device);
     snprintf(t->bind_addr, sizeof t->bind_addr, "%s", ctx->spec->bind);
     if (check_local_names(t->device, t->bind_addr, err))
@@ -191,6 +203,10 @@ static int tcp_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     if (!t->txbuf || !t->rxbuf)
         return fs_fail(err, FS_EXIT_MEASURE, "tcp: cannot allocate %zu-byte buffers", bufsize);
     memset(t->txbuf, 0xa5, bufsize);
+    if (ctx->session_key) {
+        t->bound = 1;
+        fs_data_token(ctx->session_key, "tcp", t->token);
+    }
     if (!t->is_server)
         return 0;
     /* Listen on the network of the client's --device, else where the client reached us: data
@@ -205,9 +221,14 @@ static int tcp_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     if (gai)
         return fs_fail(err, FS_EXIT_USAGE, "tcp: cannot listen on '%s': %s", t->listen_addr,
                        gai_strerror(gai));
-    t->listen_fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* Plain SOCK_STREAM, flags set after: librdmacm before v63 refuses SOCK_CLOEXEC/SOCK_NONBLOCK
+     * in the type, so under librspreload (`--preload rsocket`) every socket fell back to TCP. */
+    t->listen_fd = socket(res->ai_family, SOCK_STREAM, 0);
+    if (t->listen_fd >= 0)
+        fcntl(t->listen_fd, F_SETFD, FD_CLOEXEC);
     int rc = t->listen_fd < 0 || presocket(t, t->listen_fd, err) ? -1 : 0;
-    if (rc == 0 && (bind(t->listen_fd, res->ai_addr, res->ai_addrlen) || listen(t->listen_fd, 1)))
+    /* A backlog of a few: a stranger's connection must not keep the client's out of the queue. */
+    if (rc == 0 && (bind(t->listen_fd, res->ai_addr, res->ai_addrlen) || listen(t->listen_fd, 8)))
         rc = fail_errno(err, FS_EXIT_MEASURE, "listen for the data connection");
     freeaddrinfo(res);
     return rc;
@@ -229,24 +250,102 @@ static int tcp_local_address(void *be, cJSON *obj, struct fs_err *err)
     return 0;
 }
 
+/* Through fs_pollwait (its deadline a timerfd, never poll's timeout): under librspreload this
+ * poll() is rsocket's rpoll, which before librdmacm v63 stops timing out after its first timeout
+ * (see pollwait.h). For kernel sockets it is the same wait. One timer for the process: a wait is
+ * never nested in another. */
 static int wait_fd(int fd, short events, int ms)
 {
-    struct pollfd p = {.fd = fd, .events = events};
-    return poll(&p, 1, ms);
+    static struct fs_pollwait pw = {.tfd = -1};
+    if (ms > 0 && pw.tfd < 0 && fs_pollwait_open(&pw))
+        return -1;
+    return fs_pollwait(&pw, poll, fd, events, ms);
+}
+
+static int remaining(uint64_t deadline)
+{
+    uint64_t now = fs_now_ns();
+    return now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
+}
+
+/* Whether a fresh connection starts with the session's token (read within `ms`, at most). */
+static int has_token(const struct tcp *t, int fd, int ms)
+{
+    uint8_t got[FS_DATA_TOKEN_LEN];
+    size_t have = 0;
+    uint64_t deadline = fs_now_ns() + (uint64_t)ms * 1000000ull;
+    while (have < sizeof got) {
+        int left = remaining(deadline);
+        if (left == 0 || wait_fd(fd, POLLIN, left) <= 0)
+            return 0;
+        ssize_t n = recv(fd, got + have, sizeof got - have, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return 0;
+        if (n > 0)
+            have += (size_t)n;
+    }
+    uint8_t diff = 0;
+    for (size_t i = 0; i < sizeof got; i++)
+        diff |= (uint8_t)(got[i] ^ t->token[i]);
+    return diff == 0;
+}
+
+/* Sends the token on the client's fresh data connection (blocking until sent or the deadline). */
+static int send_token(const struct tcp *t, int fd, int ms, struct fs_err *err)
+{
+    size_t off = 0;
+    uint64_t deadline = fs_now_ns() + (uint64_t)ms * 1000000ull;
+    while (off < sizeof t->token) {
+        ssize_t n = send(fd, t->token + off, sizeof t->token - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        int left = remaining(deadline);
+        if ((n < 0 && errno != EAGAIN && errno != EINTR) || left == 0 ||
+            wait_fd(fd, POLLOUT, left) <= 0)
+            return fs_fail(err, FS_EXIT_PEER, "tcp: could not send the session token on the data "
+                                              "connection: %s",
+                           n < 0 ? strerror(errno) : "timed out");
+    }
+    return 0;
 }
 
 static int tcp_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_err *err)
 {
     struct tcp *t = be;
     if (t->is_server) {
-        if (wait_fd(t->listen_fd, POLLIN, deadline_ms) <= 0)
-            return fs_fail(err, FS_EXIT_PEER,
-                           "tcp: the client did not open the data connection to %s within %d "
-                           "ms (a firewall between the hosts?)",
-                           t->listen_addr, deadline_ms);
-        t->fd = accept4(t->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (t->fd < 0)
-            return fail_errno(err, FS_EXIT_PEER, "accept the data connection");
+        uint64_t deadline = fs_now_ns() + (uint64_t)deadline_ms * 1000000ull;
+        for (;;) {
+            int left = remaining(deadline);
+            if (left == 0 || wait_fd(t->listen_fd, POLLIN, left) <= 0) {
+                if (t->strangers)
+                    return fs_fail(err, FS_EXIT_PEER,
+                                   "tcp: no data connection with this session's token reached %s "
+                                   "within %d ms; %u connection(s) without it were closed "
+                                   "(something else is connecting to the data port)",
+                                   t->listen_addr, deadline_ms, t->strangers);
+                return fs_fail(err, FS_EXIT_PEER,
+                               "tcp: the client did not open the data connection to %s within %d "
+                               "ms (a firewall between the hosts?)",
+                               t->listen_addr, deadline_ms);
+            }
+            /* accept() and fcntl(), not accept4(): librspreload intercepts accept4 only from
+             * librdmacm v63 on (Debian 12 has v44), and the un-intercepted call on its socket
+             * reads "Socket operation on non-socket". */
+            t->fd = accept(t->listen_fd, NULL, NULL);
+            if (t->fd < 0)
+                return fail_errno(err, FS_EXIT_PEER, "accept the data connection");
+            fcntl(t->fd, F_SETFD, FD_CLOEXEC);
+            /* In a session `fabscope serve` authenticated, the data connection is the one that
+             * proves the session key; any other is closed and the wait goes on. */
+            int ms = remaining(deadline);
+            if (!t->bound || has_token(t, t->fd, ms < 2000 ? ms : 2000))
+                break;
+            t->strangers++;
+            close(t->fd);
+            t->fd = -1;
+        }
         close(t->listen_fd);
         t->listen_fd = -1;
         return postconnect(t, t->fd, err);
@@ -262,7 +361,11 @@ static int tcp_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
     if (getaddrinfo(addr->valuestring, ps, &hints, &res))
         return fs_fail(err, FS_EXIT_PEER, "tcp: bad data address '%s' from the server",
                        addr->valuestring);
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int fd = socket(res->ai_family, SOCK_STREAM, 0); /* flags after: see tcp_setup */
+    if (fd >= 0) {
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    }
     t->fd = fd;
     int rc = fd < 0 ? fail_errno(err, FS_EXIT_MEASURE, "socket") : presocket(t, fd, err);
     if (rc == 0 && t->bind_addr[0]) {
@@ -288,6 +391,8 @@ static int tcp_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
                          t->device[0] ? " (is the peer reachable through --device?)" : "");
     }
     freeaddrinfo(res);
+    if (rc == 0 && t->bound)
+        rc = send_token(t, fd, deadline_ms, err);
     return rc ? rc : postconnect(t, fd, err);
 }
 
@@ -419,6 +524,40 @@ static void tcp_describe(void *be, cJSON *o)
     socklen_t sl = sizeof mss;
     if (getsockopt(t->fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &sl) == 0)
         cJSON_AddNumberToObject(o, "mss", mss);
+    /* Facts for the explanation of the number (fabscope.results.explain): the path MTU, the
+     * MTU of the netdev that owns our address, and the segments retransmitted in the phase. */
+    struct tcp_info ti;
+    socklen_t tl = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(t->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0) {
+        cJSON_AddNumberToObject(o, "path_mtu", ti.tcpi_pmtu);
+        if (t->retrans_base >= 0 && (long long)ti.tcpi_total_retrans >= t->retrans_base)
+            cJSON_AddNumberToObject(o, "phase_retransmitted_segments",
+                                    (double)((long long)ti.tcpi_total_retrans - t->retrans_base));
+        /* tcpi_dsack_dups arrived in Linux 5.3: an older kernel returns a shorter struct. */
+        if (t->dsack_base >= 0 && tl >= offsetof(struct tcp_info, tcpi_dsack_dups) + 4 &&
+            (long long)ti.tcpi_dsack_dups >= t->dsack_base)
+            cJSON_AddNumberToObject(o, "phase_spurious_retransmissions",
+                                    (double)((long long)ti.tcpi_dsack_dups - t->dsack_base));
+    }
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", dev);
+    if (dev[0] && ioctl(t->fd, SIOCGIFMTU, &ifr) == 0)
+        cJSON_AddNumberToObject(o, "netdev_mtu", ifr.ifr_mtu);
+}
+
+static void tcp_phase_begin(void *be)
+{
+    struct tcp *t = be;
+    struct tcp_info ti;
+    socklen_t tl = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    int ok = t->fd >= 0 && getsockopt(t->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0;
+    t->retrans_base = ok ? (long long)ti.tcpi_total_retrans : -1;
+    t->dsack_base = ok && tl >= offsetof(struct tcp_info, tcpi_dsack_dups) + 4
+                        ? (long long)ti.tcpi_dsack_dups
+                        : -1;
 }
 
 static void tcp_teardown(void *be)
@@ -452,4 +591,5 @@ const struct fs_backend_ops fs_backend_tcp = {
     .progress = tcp_progress,
     .describe = tcp_describe,
     .teardown = tcp_teardown,
+    .phase_begin = tcp_phase_begin,
 };

@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <uct/api/uct.h>
 
 #include "../core/backend.h"
+#include "../core/datapath.h"
 #include "../core/inventory.h"
 
 struct ucx_opts {
@@ -72,6 +74,7 @@ struct ucx {
     /* effective settings, with where they came from (option, environment, UCX default) */
     char tls[256], tls_source[16];
     char net_devices[256], net_devices_source[16];
+    char datapath_addr[64]; /* server: our address on the client's data-path network, or "" */
 
     ucp_context_h context;
     ucp_worker_h worker;
@@ -326,20 +329,68 @@ static int check_list(const struct ucx_reslist *l, const char *value, int device
                          : tl_token_ok(l, name);
         if (ok)
             continue;
-        char pairs[1024], tls[512], devs[512];
+        char pairs[1024], tls[512], devs[512], sv[FS_SHOWN_LEN];
         res_lists(l, pairs, sizeof pairs, tls, sizeof tls, devs, sizeof devs);
+        fs_shown(name, sv, sizeof sv);
         if (devices)
             return fs_fail(err, FS_EXIT_USAGE,
-                           "%s: UCX has no network device '%s' on this host; its network "
+                           "%s: UCX has no network device %s on this host; its network "
                            "devices here: %s (all resources: %s). `ucx_info -d` lists them",
-                           what, name, devs[0] ? devs : "(none)", pairs);
+                           what, sv, devs[0] ? devs : "(none)", pairs);
         return fs_fail(err, FS_EXIT_USAGE,
-                       "%s: UCX has no transport '%s' on this host; transports here: %s "
+                       "%s: UCX has no transport %s on this host; transports here: %s "
                        "(aliases: sm/shm = the shared-memory ones, all); resources: %s. "
                        "`ucx_info -d` lists them",
-                       what, name, tls, pairs);
+                       what, sv, tls, pairs);
     }
     return 0;
+}
+
+/* A server without a device of its own: the client's data-path hint chose our address on the
+ * client's network (`addr`, datapath.h). UCX's tcp transport would offer every interface, and a
+ * client bound to fabric0 reached our mgmt0 address over the management link (misrouted). Keep
+ * the interface holding that address, the RDMA ports that send through it, and RDMA ports whose
+ * netdev is unknown (InfiniBand: no Ethernet netdev behind its GIDs). Empty when the address is
+ * not ours or nothing matches (then UCX's default stays). */
+static void devices_on_datapath(const struct ucx_reslist *l, const char *addr, char *out, size_t len)
+{
+    out[0] = '\0';
+    struct ifaddrs *ifa = NULL;
+    if (getifaddrs(&ifa))
+        return;
+    const char *owner = fs_datapath_owner(ifa, addr);
+    char netdev[64] = "";
+    if (owner)
+        snprintf(netdev, sizeof netdev, "%s", owner);
+    freeifaddrs(ifa);
+    if (!netdev[0])
+        return;
+    size_t used = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        const char *dev = l->v[i].dev;
+        if (l->v[i].type != UCT_DEVICE_TYPE_NET)
+            continue;
+        int keep = strcmp(dev, netdev) == 0;
+        const char *colon = strchr(dev, ':');
+        if (!keep && colon) { /* "rxe0:1": an RDMA port */
+            char rdma[UCT_DEVICE_NAME_MAX], through[64];
+            snprintf(rdma, sizeof rdma, "%.*s", (int)(colon - dev), dev);
+            keep = fs_datapath_rdma_netdev("/sys", rdma, through, sizeof through) != 0 ||
+                   strcmp(through, netdev) == 0;
+        }
+        char token[UCT_DEVICE_NAME_MAX + 2];
+        snprintf(token, sizeof token, ",%s,", dev);
+        char listed[sizeof(((struct ucx *)0)->net_devices) + 2];
+        snprintf(listed, sizeof listed, ",%s,", out);
+        if (!keep || strstr(listed, token))
+            continue;
+        int n = snprintf(out + used, len - used, "%s%s", used ? "," : "", dev);
+        if (n < 0 || (size_t)n >= len - used) {
+            out[used] = '\0';
+            break;
+        }
+        used += (size_t)n;
+    }
 }
 
 /* Decides UCX_TLS / UCX_NET_DEVICES and checks them, whichever place they come from. */
@@ -370,6 +421,10 @@ static int resolve_names(struct ucx *u, const char *device, struct fs_err *err)
         snprintf(u->net_devices, sizeof u->net_devices, "%s", env_dev);
         snprintf(u->net_devices_source, sizeof u->net_devices_source, "environment");
         rc = check_list(&l, u->net_devices, 1, "UCX_NET_DEVICES (from the environment)", err);
+    } else if (rc == 0 && u->datapath_addr[0] &&
+               (devices_on_datapath(&l, u->datapath_addr, u->net_devices, sizeof u->net_devices),
+                u->net_devices[0])) {
+        snprintf(u->net_devices_source, sizeof u->net_devices_source, "data path");
     } else if (rc == 0) {
         snprintf(u->net_devices, sizeof u->net_devices, "all");
         snprintf(u->net_devices_source, sizeof u->net_devices_source, "default");
@@ -531,6 +586,8 @@ static int ucx_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     u->timeout_s = ctx->spec->timeout;
     u->mem_polling = u->op == FS_OP_WRITE && u->pat == FS_PAT_LAT;
     u->block = ctx->block && !u->mem_polling;
+    if (ctx->is_server && ctx->data_local_addr)
+        snprintf(u->datapath_addr, sizeof u->datapath_addr, "%s", ctx->data_local_addr);
     if (resolve_names(u, ctx->spec->device, err))
         return -1;
 
@@ -543,7 +600,8 @@ static int ucx_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
         return fs_fail(err, FS_EXIT_USAGE, "--ucx-tls %s: UCX refused it: %s", u->tls,
                        ucs_status_string(st));
     }
-    if (strcmp(u->net_devices_source, "option") == 0 &&
+    if ((strcmp(u->net_devices_source, "option") == 0 ||
+         strcmp(u->net_devices_source, "data path") == 0) &&
         (st = ucp_config_modify(cfg, "NET_DEVICES", u->net_devices)) != UCS_OK) {
         ucp_config_release(cfg);
         return fs_fail(err, FS_EXIT_USAGE, "--device %s: UCX refused it: %s", u->net_devices,
@@ -636,6 +694,14 @@ static int ucx_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
                           .address = addr};
     ucs_status_t st = ucp_ep_create(u->worker, &ep, &u->ep);
     free(addr);
+    if (st != UCS_OK && strstr(u->tls, "rc_") && !strstr(u->tls, "ud"))
+        /* UCX says "no auxiliary transport" in its log: rc cannot wire itself up by address. */
+        return fs_fail(err, FS_EXIT_UNSUPPORTED,
+                       "ucx: no usable path to the peer with UCX_TLS=%s UCX_NET_DEVICES=%s: %s "
+                       "(a connected RDMA transport sets its connections up over a datagram one, "
+                       "which UCX_TLS leaves out: use --ucx-tls %s,ud_verbs:aux, as UCX's own "
+                       "\"rc\" alias does; ucx_perftest fails the same way)",
+                       u->tls, u->net_devices, ucs_status_string(st), u->tls);
     if (st != UCS_OK)
         return fs_fail(err, FS_EXIT_UNSUPPORTED,
                        "ucx: no usable path to the peer with UCX_TLS=%s UCX_NET_DEVICES=%s: %s "

@@ -503,9 +503,11 @@ static int select_device(struct vb *v, const char *want, struct fs_err *err)
         ibv_free_device_list(l);
     }
     list_devices(list, sizeof list);
+    char sv[FS_SHOWN_LEN];
     if (want[0])
         return fs_fail(err, FS_EXIT_USAGE,
-                       "--device %s: no such RDMA device on this host; it has: %s", want, list);
+                       "--device %s: no such RDMA device on this host; it has: %s",
+                       fs_shown(want, sv, sizeof sv), list);
     return fs_fail(err, FS_EXIT_USAGE,
                    "this host has %d RDMA devices and fabscope does not guess: say which with "
                    "--device NAME (and --ib-port N). Devices: %s",
@@ -2038,8 +2040,9 @@ static int vb_check_name(const char *want, struct fs_err *err)
         return 0;
     char list[1536];
     list_devices(list, sizeof list);
+    char sv[FS_SHOWN_LEN];
     return fs_fail(err, FS_EXIT_USAGE, "--device %s: no such RDMA device on this host; it has: %s",
-                   want, list);
+                   fs_shown(want, sv, sizeof sv), list);
 }
 
 /* ---- several devices (--device A,B) --------------------------------------------------------- */

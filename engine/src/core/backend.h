@@ -39,6 +39,9 @@ struct fs_be_ctx {
     const struct cJSON *data_path;
     int block; /* effective poll mode (1 = block): backends whose wakeup support changes what
                 * the library selects (UCX's WAKEUP feature) must know before they open it */
+    /* The session key of a run `fabscope serve` authenticated (32 bytes), or NULL: a backend
+     * that owns its data connections binds them to the session with it (fs_data_token). */
+    const uint8_t *session_key;
 };
 
 struct fs_backend_ops {

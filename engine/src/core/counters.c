@@ -716,7 +716,9 @@ static int ethtool_wanted(const char *name)
 
 static void dump_ethtool(const char *ifname, cJSON *net)
 {
-    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    /* SOCK_CLOEXEC also keeps librspreload (`--preload rsocket`) off this socket: it would make
+     * it a datagram rsocket (a UD QP per snapshot) that no ioctl can reach. */
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return;
     struct ifreq ifr;

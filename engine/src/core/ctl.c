@@ -17,6 +17,141 @@
 
 #include "clock.h"
 
+/* ---- frame authentication: HMAC-SHA256 with the session key (FIPS 180-4 / RFC 2104) --------- */
+
+struct sha256 {
+    uint32_t h[8];
+    uint8_t buf[64];
+    uint64_t len;
+    size_t fill;
+};
+
+static const uint32_t K256[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+#define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void sha256_block(struct sha256 *s, const uint8_t *p)
+{
+    uint32_t w[64], a[8];
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+               (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    memcpy(a, s->h, sizeof a);
+    for (int i = 0; i < 64; i++) {
+        uint32_t t1 = a[7] + (ROR(a[4], 6) ^ ROR(a[4], 11) ^ ROR(a[4], 25)) +
+                      ((a[4] & a[5]) ^ (~a[4] & a[6])) + K256[i] + w[i];
+        uint32_t t2 = (ROR(a[0], 2) ^ ROR(a[0], 13) ^ ROR(a[0], 22)) +
+                      ((a[0] & a[1]) ^ (a[0] & a[2]) ^ (a[1] & a[2]));
+        memmove(a + 1, a, 7 * sizeof a[0]);
+        a[4] += t1;
+        a[0] = t1 + t2;
+    }
+    for (int i = 0; i < 8; i++)
+        s->h[i] += a[i];
+}
+
+static void sha256_init(struct sha256 *s)
+{
+    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(s->h, h0, sizeof h0);
+    s->len = 0;
+    s->fill = 0;
+}
+
+static void sha256_update(struct sha256 *s, const uint8_t *p, size_t n)
+{
+    s->len += n;
+    while (n) {
+        size_t take = 64 - s->fill < n ? 64 - s->fill : n;
+        memcpy(s->buf + s->fill, p, take);
+        s->fill += take;
+        p += take;
+        n -= take;
+        if (s->fill == 64) {
+            sha256_block(s, s->buf);
+            s->fill = 0;
+        }
+    }
+}
+
+static void sha256_final(struct sha256 *s, uint8_t out[32])
+{
+    uint64_t bits = s->len * 8;
+    uint8_t pad = 0x80, zero = 0, lenb[8];
+    sha256_update(s, &pad, 1);
+    while (s->fill != 56)
+        sha256_update(s, &zero, 1);
+    for (int i = 0; i < 8; i++)
+        lenb[i] = (uint8_t)(bits >> (56 - 8 * i));
+    sha256_update(s, lenb, 8);
+    for (int i = 0; i < 8; i++) {
+        out[4 * i] = (uint8_t)(s->h[i] >> 24);
+        out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
+        out[4 * i + 2] = (uint8_t)(s->h[i] >> 8);
+        out[4 * i + 3] = (uint8_t)s->h[i];
+    }
+}
+
+/* MAC of one frame: HMAC-SHA256(session key, "fabscope-frame/1" 0 direction 0 seq(8, BE) body).
+ * The direction ('c': client to server, 's': back) keeps a frame from being reflected; the
+ * sequence number, counted by both ends and never sent, makes a replayed, dropped or reordered
+ * frame fail. python/fabscope/auth.py frame_mac computes the same. */
+void fs_ctl_frame_mac(const uint8_t key[32], char direction, uint64_t seq, const uint8_t *body,
+                      size_t n, uint8_t out[32])
+{
+    uint8_t ipad[64], opad[64], inner[32], head[28];
+    for (int i = 0; i < 64; i++) {
+        ipad[i] = (uint8_t)((i < 32 ? key[i] : 0) ^ 0x36);
+        opad[i] = (uint8_t)((i < 32 ? key[i] : 0) ^ 0x5c);
+    }
+    memcpy(head, "fabscope-frame/1", 16);
+    head[16] = 0;
+    head[17] = (uint8_t)direction;
+    head[18] = 0;
+    for (int i = 0; i < 8; i++)
+        head[19 + i] = (uint8_t)(seq >> (56 - 8 * i));
+    struct sha256 s;
+    sha256_init(&s);
+    sha256_update(&s, ipad, 64);
+    sha256_update(&s, head, 27);
+    sha256_update(&s, body, n);
+    sha256_final(&s, inner);
+    sha256_init(&s);
+    sha256_update(&s, opad, 64);
+    sha256_update(&s, inner, 32);
+    sha256_final(&s, out);
+}
+
+void fs_data_token(const uint8_t key[32], const char *backend, uint8_t out[FS_DATA_TOKEN_LEN])
+{
+    char label[96];
+    int n = snprintf(label, sizeof label, "fabscope-data/1 %s", backend);
+    fs_ctl_frame_mac(key, 'd', 0, (const uint8_t *)label, (size_t)n, out);
+}
+
+void fs_ctl_set_session_key(struct fs_ctl *c, const uint8_t key[32], int is_client)
+{
+    memcpy(c->mac_key, key, 32);
+    c->mac_on = 1;
+    c->tx_dir = is_client ? 'c' : 's';
+    c->rx_dir = is_client ? 's' : 'c';
+    c->tx_seq = c->rx_seq = 0;
+}
+
 int fs_ctl_parse_frame(const uint8_t *buf, size_t len, size_t *consumed, cJSON **msg,
                        struct fs_err *err)
 {
@@ -96,7 +231,8 @@ int fs_ctl_send(struct fs_ctl *c, const cJSON *msg, int timeout_ms, struct fs_er
         return fs_fail(err, FS_EXIT_MEASURE, "control message of %zu bytes exceeds the %u cap", n,
                        FS_CTL_MAX_FRAME);
     }
-    uint8_t *frame = malloc(n + 4);
+    size_t mac_len = c->mac_on ? FS_CTL_MAC_LEN : 0;
+    uint8_t *frame = malloc(n + 4 + mac_len);
     if (!frame) {
         free(text);
         return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
@@ -107,11 +243,14 @@ int fs_ctl_send(struct fs_ctl *c, const cJSON *msg, int timeout_ms, struct fs_er
     frame[3] = (uint8_t)n;
     memcpy(frame + 4, text, n);
     free(text);
+    if (c->mac_on)
+        fs_ctl_frame_mac(c->mac_key, c->tx_dir, c->tx_seq++, frame + 4, n, frame + 4 + n);
+    size_t total = n + 4 + mac_len;
     uint64_t deadline = fs_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     size_t off = 0;
     int rc = 0;
-    while (off < n + 4) {
-        ssize_t w = send(c->fd, frame + off, n + 4 - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (off < total) {
+        ssize_t w = send(c->fd, frame + off, total - off, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (w > 0) {
             off += (size_t)w;
             continue;
@@ -170,6 +309,34 @@ static int fill(struct fs_ctl *c, struct fs_err *err)
 static int take_frame(struct fs_ctl *c, cJSON **msg, struct fs_err *err)
 {
     size_t used = 0;
+    if (c->mac_on && c->in_len >= 4) {
+        /* The MAC is checked before the JSON is parsed: nothing unauthenticated is interpreted. */
+        uint32_t n = (uint32_t)c->in[0] << 24 | (uint32_t)c->in[1] << 16 |
+                     (uint32_t)c->in[2] << 8 | c->in[3];
+        if (n == 0 || n > FS_CTL_MAX_FRAME)
+            return fs_ctl_parse_frame(c->in, c->in_len, &used, msg, err); /* says why */
+        if (c->in_len < 4 + (size_t)n + FS_CTL_MAC_LEN)
+            return 0;
+        uint8_t want[32];
+        fs_ctl_frame_mac(c->mac_key, c->rx_dir, c->rx_seq, c->in + 4, n, want);
+        uint8_t diff = 0;
+        for (int i = 0; i < 32; i++)
+            diff |= (uint8_t)(want[i] ^ c->in[4 + n + (size_t)i]);
+        if (diff)
+            return fs_fail(err, FS_EXIT_PEER,
+                           "control frame %llu from %s failed its authentication (changed, "
+                           "replayed, dropped or reordered on the way, or not from the holder of "
+                           "the session key): session ended",
+                           (unsigned long long)c->rx_seq, c->peer_desc);
+        int rc = fs_ctl_parse_frame(c->in, 4 + (size_t)n, &used, msg, err);
+        if (rc == 1) {
+            c->rx_seq++;
+            used += FS_CTL_MAC_LEN;
+            memmove(c->in, c->in + used, c->in_len - used);
+            c->in_len -= used;
+        }
+        return rc;
+    }
     int rc = fs_ctl_parse_frame(c->in, c->in_len, &used, msg, err);
     if (rc == 1) {
         memmove(c->in, c->in + used, c->in_len - used);

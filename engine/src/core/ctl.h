@@ -14,12 +14,31 @@ struct cJSON;
 #define FS_CTL_MAX_FRAME (256u * 1024u)
 #define FS_CTL_DEFAULT_PORT 18515
 
+#define FS_CTL_MAC_LEN 32
+
 struct fs_ctl {
     int fd;
     uint8_t *in;
     size_t in_len, in_cap;
     char peer_desc[300]; /* "HOST:PORT" for messages */
+    /* A session opened by `fabscope serve` with a key: after the welcome every frame carries
+     * HMAC-SHA256(session key, direction, sequence number, body) after its body. */
+    int mac_on;
+    uint8_t mac_key[32];
+    char tx_dir, rx_dir;
+    uint64_t tx_seq, rx_seq;
 };
+
+/* Every frame from now on is authenticated with `key` (32 bytes, derived by the front end from
+ * the shared key and both nonces: auth.py session_key); is_client: this end sent the hello. */
+void fs_ctl_set_session_key(struct fs_ctl *c, const uint8_t key[32], int is_client);
+void fs_ctl_frame_mac(const uint8_t key[32], char direction, uint64_t seq, const uint8_t *body,
+                      size_t n, uint8_t out[32]);
+/* The token that binds a data connection of `backend` to the session (its first bytes, sent by
+ * the client, checked by the server before it takes the connection): HMAC(session key, 'd', 0,
+ * "fabscope-data/1 " backend). Nobody without the session key can make it. */
+#define FS_DATA_TOKEN_LEN 32
+void fs_data_token(const uint8_t key[32], const char *backend, uint8_t out[FS_DATA_TOKEN_LEN]);
 
 /* The network-input parser (fuzzed). Returns 1 and *msg when a whole valid frame sits at the
  * start of buf (*consumed = its length), 0 when more bytes are needed, -1 on a bad frame. */

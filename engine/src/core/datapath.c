@@ -180,6 +180,25 @@ const char *fs_datapath_owner(const struct ifaddrs *ifa, const char *addr)
     return NULL;
 }
 
+int fs_datapath_addr_of(const struct ifaddrs *ifa, const char *netdev, char *addr, size_t addr_len)
+{
+    /* Two passes: IPv4 first (what sockets providers list first), then IPv6 beyond link-local. */
+    for (int want = AF_INET;; want = AF_INET6) {
+        for (const struct ifaddrs *i = ifa; i; i = i->ifa_next) {
+            int fam, nb;
+            const uint8_t *a = addr_bytes(i->ifa_addr, &fam, &nb);
+            if (!a || fam != want || strcmp(i->ifa_name, netdev) != 0)
+                continue;
+            if (fam == AF_INET6 && a[0] == 0xfe && (a[1] & 0xc0) == 0x80)
+                continue; /* link-local: needs a scope, useless as a bind address here */
+            if (inet_ntop(fam, a, addr, (socklen_t)addr_len))
+                return 0;
+        }
+        if (want == AF_INET6)
+            return -1;
+    }
+}
+
 /* "10.201.0.1/24" -> family, address bytes, prefix bits. -1 if it is not that. */
 static int parse_net(const char *s, int *family, uint8_t *bytes, int *bits)
 {

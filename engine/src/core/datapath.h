@@ -36,6 +36,11 @@ int fs_datapath_rdma_netdev(const char *sysfs, const char *rdma, char *netdev, s
 /* The name of the interface in `ifa` holding the numeric address `addr`, or NULL. */
 const char *fs_datapath_owner(const struct ifaddrs *ifa, const char *addr);
 
+/* The first IPv4 address (else the first IPv6 one beyond link-local) of the interface `netdev`
+ * in `ifa`, as numeric text. Returns 0 when found, -1 otherwise (not an interface here, or no
+ * address). Providers whose domains are interfaces bind their endpoints with it (ofi). */
+int fs_datapath_addr_of(const struct ifaddrs *ifa, const char *netdev, char *addr, size_t addr_len);
+
 /* Server: the first address in `ifa` inside one of the hint's networks, as numeric text.
  * Returns 0 when found, -1 otherwise (no hint, a malformed hint, or no address of ours on those
  * networks). The hint is network input: anything is tolerated. */

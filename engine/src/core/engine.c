@@ -204,7 +204,8 @@ static int backend_setup(struct fs_run *r, const cJSON *hint, struct fs_err *err
                             .ctl_peer_addr = r->ctl_peer,
                             .data_local_addr = r->data_local[0] ? r->data_local : NULL,
                             .data_path = r->spec.device[0] || r->spec.bind[0] ? NULL : hint,
-                            .block = r->block};
+                            .block = r->block,
+                            .session_key = r->ctl.mac_on ? r->ctl.mac_key : NULL};
     if (r->bops->setup(&ctx, &r->be, err)) {
         if (!err->code)
             err->code = FS_EXIT_MEASURE;
@@ -257,6 +258,9 @@ static int size_phases(struct fs_run *r, uint64_t size, struct fs_side_view *min
     cJSON *extra = cJSON_CreateObject();
     cJSON *sys = cJSON_AddObjectToObject(extra, "host");
     fs_sysinfo_json(&r->si, sys);
+    /* Our transport as it is after this size's measured phase (what it retransmitted, its path
+     * MTU): the client prints it as the peer's, not the description sent when connecting. */
+    r->bops->describe(r->be, cJSON_AddObjectToObject(extra, "transport"));
     if (fs_phase_exchange(r, mine, extra, theirs, peer_msg, err))
         return -1;
     /* The counters are read only now that both sides have ended the phase: every byte a sender
@@ -424,6 +428,9 @@ int fs_run_client(struct fs_run *r, struct fs_out *out, struct fs_err *err)
     fs_opt_wire_json(&r->core_set, cJSON_AddObjectToObject(m, "core"));
     fs_opt_wire_json(&r->be_set, cJSON_AddObjectToObject(m, "backend"));
     client_data_path(r, m);
+    /* Our deadline, for `fabscope serve`: it starts the peer engine with it, within its limits
+     * (an engine server started by hand keeps its own --timeout). */
+    cJSON_AddNumberToObject(m, "timeout", r->spec.timeout);
     int rc = fs_ctl_send(&r->ctl, m, timeout_ms(r), err);
     cJSON_Delete(m);
     m = NULL;

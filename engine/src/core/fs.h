@@ -5,7 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FS_TOOL_VERSION "0.1.0"
+/* The build defines it from python/fabscope/__init__.py (engine/CMakeLists.txt): one version. */
+#ifndef FS_TOOL_VERSION
+#error "FS_TOOL_VERSION is defined by the build (engine/CMakeLists.txt reads python/fabscope/__init__.py)"
+#endif
 /* Bumped whenever a control message changes meaning; both ends must agree exactly. */
 #define FS_PROTO_VERSION 2
 #define FS_RESULT_SCHEMA "fabscope.result/1"
@@ -33,6 +36,14 @@ struct fs_err {
 #endif
 
 int fs_fail(struct fs_err *err, int code, const char *fmt, ...) FS_PRINTF(3, 4);
+
+/* A value the user (or a peer) gave, quoted for a message as the front end's argtypes.shown() does:
+ * in single quotes, control characters, quotes, backslashes and bytes that are not printable ASCII
+ * escaped (\n, \t, \xNN), cut after FS_SHOWN_MAX characters with the full length said. Writes into
+ * buf (FS_SHOWN_LEN bytes are always enough) and returns it, so it can sit in a printf argument. */
+#define FS_SHOWN_MAX 60
+#define FS_SHOWN_LEN (4 * FS_SHOWN_MAX + 48)
+const char *fs_shown(const char *value, char *buf, size_t len);
 
 /* Operations. Whether the target side sees each message decides which timing loop applies:
  * ACTIVE targets can answer (ping-pong) and count arrivals (receiver-side bandwidth);

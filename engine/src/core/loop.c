@@ -45,7 +45,20 @@ static int housekeeping_due(const struct fs_run *r, uint64_t now)
     return now >= r->last_hk_ns + FS_HOUSEKEEP_PERIOD_NS; /* `now` may predate the last pass */
 }
 
+static int housekeep_pass(struct fs_run *r, uint64_t now, struct fs_err *err);
+
+/* A failure here is the control channel's own (the peer's report, its silence, a protocol error):
+ * marked so that fs_phase_run does not look for the peer's reason a second time. */
 static int housekeep(struct fs_run *r, uint64_t now, struct fs_err *err)
+{
+    if (housekeep_pass(r, now, err)) {
+        r->ctl_failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+static int housekeep_pass(struct fs_run *r, uint64_t now, struct fs_err *err)
 {
     cJSON *m = NULL;
     int rc;
@@ -136,6 +149,43 @@ static int tick(struct fs_run *r, uint64_t now, uint64_t events, uint64_t not_be
     if (!due || now < not_before)
         return 0;
     return housekeep(r, now, err);
+}
+
+/* The data path says the peer went away ("closed the data connection", "dropped" it): a peer
+ * engine that ended with an error sent it on the control channel before it closed anything, but
+ * that frame may arrive later than the data connection's end (loss delays one and not the other).
+ * So look there (for up to FS_PEER_WHY_MS) and say why the peer ended, in its own words. */
+#define FS_PEER_WHY_MS 1000
+static void add_peer_reason(struct fs_run *r, struct fs_err *err)
+{
+    if (err->code != FS_EXIT_PEER || r->ctl.fd < 0)
+        return;
+    uint64_t deadline = fs_now_ns() + (uint64_t)FS_PEER_WHY_MS * 1000000ull;
+    struct fs_err ctl_err = {0};
+    for (;;) {
+        cJSON *m = NULL;
+        int rc = fs_ctl_poll(&r->ctl, &m, &ctl_err);
+        if (rc < 0)
+            return; /* the control connection ended too, without a reason */
+        if (rc == 1) {
+            if (strcmp(fs_ctl_type(m), "error") == 0) {
+                const cJSON *msg = cJSON_GetObjectItemCaseSensitive(m, "message");
+                char mine[sizeof err->msg];
+                snprintf(mine, sizeof mine, "%s", err->msg);
+                fs_fail(err, FS_EXIT_PEER, "%s; the peer %s ended first and said why: %.1200s",
+                        mine, r->ctl.peer_desc,
+                        cJSON_IsString(msg) ? msg->valuestring : "(no message)");
+                cJSON_Delete(m);
+                return;
+            }
+            cJSON_Delete(m);
+            continue;
+        }
+        uint64_t now = fs_now_ns();
+        if (now >= deadline)
+            return;
+        fs_ctl_wait_readable(&r->ctl, (int)((deadline - now) / 1000000) + 1);
+    }
 }
 
 static int progress(struct fs_run *r, struct fs_events *ev, struct fs_err *err)
@@ -470,6 +520,7 @@ int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs
     r->last_activity_ns = r->last_heartbeat_ns = fs_now_ns();
     r->last_hk_ns = r->last_activity_ns;
     r->hk_passes = 0;
+    r->ctl_failed = 0;
     r->events_seen = 0;
     uint64_t n_max, t_max;
     if (phase == FS_PHASE_WARMUP) {
@@ -498,6 +549,8 @@ int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs
     else
         rc = stream(r, size, 1, active, n_max, t_max, v, err);
     v->control_polls = r->hk_passes;
+    if (rc && !r->ctl_failed)
+        add_peer_reason(r, err);
     return rc;
 }
 

@@ -97,9 +97,11 @@ static int parse_args(struct fs_run *r, int argc, char **argv, struct fs_err *er
         return -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strncmp(a, "--", 2) != 0)
-            return fs_fail(err, FS_EXIT_USAGE, "unexpected argument '%s'; options start with --",
-                           a);
+        if (strncmp(a, "--", 2) != 0) {
+            char sv[FS_SHOWN_LEN];
+            return fs_fail(err, FS_EXIT_USAGE, "unexpected argument %s; options start with --",
+                           fs_shown(a, sv, sizeof sv));
+        }
         char name[96];
         const char *value = NULL;
         const char *eq = strchr(a + 2, '=');
@@ -137,9 +139,38 @@ static int parse_args(struct fs_run *r, int argc, char **argv, struct fs_err *er
             value = argv[++i];
         else
             return fs_fail(err, FS_EXIT_USAGE, "--%s needs a value", name);
+        if (!value[0]) /* `--device ''` is a mistake (an unset variable), never "the default" */
+            return fs_fail(err, FS_EXIT_USAGE,
+                           "--%s: an empty value; give a value, or leave --%s out for its default",
+                           name, name);
         if (fs_opt_assign(set, o, value, err))
             return -1;
     }
+    return 0;
+}
+
+/* The session key from the front end: 64 hex digits on a pipe, read whole, then the pipe closed. */
+static int read_session_key(int fd, uint8_t key[32], struct fs_err *err)
+{
+    char hex[65] = {0};
+    size_t got = 0;
+    while (got < 64) {
+        ssize_t n = read(fd, hex + got, 64 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    for (size_t i = 0; i < 32 && got == 64; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            got = 0;
+        key[i] = (uint8_t)v;
+    }
+    if (got != 64)
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "--session-key-fd: expected 64 hex digits (the session key) on the "
+                       "descriptor; this option is for `fabscope serve` and `fabscope run --peer`");
     return 0;
 }
 
@@ -230,6 +261,19 @@ int main(int argc, char **argv)
         return finish(r, client_out, &err, -1);
     int rc;
     int tmo = (int)(r->timeout_ns / 1000000);
+    uint8_t skey[32];
+    int keyed = 0;
+    if (r->spec.session_key_fd >= 0) {
+        if (!r->spec.session_open || (r->spec.peer_fd < 0 && r->spec.control_fd < 0)) {
+            fs_fail(&err, FS_EXIT_USAGE,
+                    "--session-key-fd applies to a session the front end opened (--peer-fd or "
+                    "--control-fd, with --session-open 1)");
+            return finish(r, client_out, &err, -1);
+        }
+        if (read_session_key((int)r->spec.session_key_fd, skey, &err))
+            return finish(r, client_out, &err, -1);
+        keyed = 1;
+    }
     if (r->spec.peer[0]) {
         rc = fs_ctl_connect(r->spec.peer, tmo, &r->ctl, &err);
         if (rc == 0)
@@ -244,6 +288,8 @@ int main(int argc, char **argv)
             return finish(r, &out, &err, -1);
         }
         fs_ctl_init(&r->ctl, (int)r->spec.peer_fd, desc);
+        if (keyed)
+            fs_ctl_set_session_key(&r->ctl, skey, 1);
         rc = fs_run_client(r, &out, &err);
         return finish(r, &out, &err, rc);
     }
@@ -252,6 +298,8 @@ int main(int argc, char **argv)
         fs_sock_addrs((int)r->spec.control_fd, local, sizeof local, peer, sizeof peer);
         snprintf(desc, sizeof desc, "client %s", peer);
         fs_ctl_init(&r->ctl, (int)r->spec.control_fd, desc);
+        if (keyed)
+            fs_ctl_set_session_key(&r->ctl, skey, 0);
     } else {
         int port = 0;
         int lfd = fs_ctl_listen(r->spec.listen, &port, &err);

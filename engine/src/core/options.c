@@ -152,7 +152,7 @@ int fs_opt_assign(const struct fs_opt_set *set, const struct fs_option *o, const
                   struct fs_err *err)
 {
     void *f = FIELD(o, set->base);
-    char why[256];
+    char why[256], sv[FS_SHOWN_LEN];
     switch (o->type) {
     case FS_OPT_STR:
         if (strlen(value) >= o->size)
@@ -167,14 +167,14 @@ int fs_opt_assign(const struct fs_opt_set *set, const struct fs_option *o, const
                 return 0;
             }
         allowed_list(o, why, sizeof why);
-        return fs_fail(err, FS_EXIT_USAGE, "--%s: '%s' is not one of the allowed values: %s",
-                       o->name, value, why);
+        return fs_fail(err, FS_EXIT_USAGE, "--%s: %s is not one of the allowed values: %s",
+                       o->name, fs_shown(value, sv, sizeof sv), why);
     case FS_OPT_INT: {
         errno = 0;
         char *end = NULL;
         long v = strtol(value, &end, 10);
         if (errno || end == value || *end)
-            return fs_fail(err, FS_EXIT_USAGE, "--%s: '%s' is not a whole number", o->name, value);
+            return fs_fail(err, FS_EXIT_USAGE, "--%s: %s is not a whole number", o->name, fs_shown(value, sv, sizeof sv));
         if ((double)v < o->min || (double)v > o->max)
             return fs_fail(err, FS_EXIT_USAGE, "--%s: %ld is out of range; allowed %.0f to %.0f",
                            o->name, v, o->min, o->max);
@@ -185,7 +185,7 @@ int fs_opt_assign(const struct fs_opt_set *set, const struct fs_option *o, const
         uint64_t v;
         if (fs_parse_size(value, &v))
             return fs_fail(err, FS_EXIT_USAGE,
-                           "--%s: '%s' is not a size (examples: 8, 4K, 1M, 2G)", o->name, value);
+                           "--%s: %s is not a size (examples: 8, 4K, 1M, 2G)", o->name, fs_shown(value, sv, sizeof sv));
         if ((double)v < o->min || (double)v > o->max)
             return fs_fail(err, FS_EXIT_USAGE,
                            "--%s: %llu bytes is out of range; allowed %.0f to %.0f bytes", o->name,
@@ -198,7 +198,7 @@ int fs_opt_assign(const struct fs_opt_set *set, const struct fs_option *o, const
         char *end = NULL;
         double v = strtod(value, &end);
         if (errno || end == value || *end || !isfinite(v))
-            return fs_fail(err, FS_EXIT_USAGE, "--%s: '%s' is not a number", o->name, value);
+            return fs_fail(err, FS_EXIT_USAGE, "--%s: %s is not a number", o->name, fs_shown(value, sv, sizeof sv));
         if (v < o->min || v > o->max)
             return fs_fail(err, FS_EXIT_USAGE, "--%s: %g is out of range; allowed %g to %g",
                            o->name, v, o->min, o->max);
@@ -207,15 +207,15 @@ int fs_opt_assign(const struct fs_opt_set *set, const struct fs_option *o, const
     }
     case FS_OPT_BOOL:
         if (parse_bool(value, (int *)f))
-            return fs_fail(err, FS_EXIT_USAGE, "--%s: '%s' is not yes/no/true/false/1/0", o->name,
-                           value);
+            return fs_fail(err, FS_EXIT_USAGE, "--%s: %s is not yes/no/true/false/1/0", o->name,
+                           fs_shown(value, sv, sizeof sv));
         return 0;
     case FS_OPT_SIZES: {
         struct fs_size_list *l = (struct fs_size_list *)f;
         if (fs_parse_size_list(value, l, why, sizeof why))
             return fs_fail(err, FS_EXIT_USAGE,
-                           "--%s: '%s': %s (forms: 2:8M for powers of two, or 8,4K,1M)", o->name,
-                           value, why);
+                           "--%s: %s: %s (forms: 2:8M for powers of two, or 8,4K,1M)", o->name,
+                           fs_shown(value, sv, sizeof sv), why);
         for (size_t i = 0; i < l->n; i++)
             if ((double)l->v[i] < o->min || (double)l->v[i] > o->max)
                 return fs_fail(err, FS_EXIT_USAGE,
@@ -428,6 +428,32 @@ const char *fs_opt_suggest(const struct fs_opt_set *const *sets, size_t nsets, c
             }
         }
     return best;
+}
+
+const char *fs_shown(const char *value, char *buf, size_t len)
+{
+    size_t n = strlen(value), o = 0;
+    if (len == 0)
+        return buf;
+    buf[o++] = '\'';
+    size_t i = 0;
+    for (; i < n && i < FS_SHOWN_MAX && o + 6 < len; i++) {
+        unsigned char ch = (unsigned char)value[i];
+        const char *esc = ch == '\n' ? "\\n" : ch == '\t' ? "\\t" : ch == '\r' ? "\\r"
+                        : ch == '\\' ? "\\\\" : ch == '\'' ? "\\'" : NULL;
+        if (esc)
+            o += (size_t)snprintf(buf + o, len - o, "%s", esc);
+        else if (ch < 32 || ch >= 127)
+            o += (size_t)snprintf(buf + o, len - o, "\\x%02x", ch);
+        else
+            buf[o++] = (char)ch;
+    }
+    if (o + 1 < len)
+        buf[o++] = '\'';
+    buf[o < len ? o : len - 1] = '\0';
+    if (i < n)
+        snprintf(buf + o, len - o, "... (%zu characters)", n);
+    return buf;
 }
 
 int fs_fail(struct fs_err *err, int code, const char *fmt, ...)

@@ -344,8 +344,11 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
     r->bops->describe(r->be, local);
     if (r->pat != FS_PAT_LAT)
         add_flow_rates(local, size, mine);
-    cJSON_AddItemToObject(tr, "peer",
-                          peer_transport ? cJSON_Duplicate(peer_transport, 1) : cJSON_CreateNull());
+    /* The peer's transport after this size (engine.c size_phases), else as it connected. */
+    const cJSON *ptr = peer_msg ? cJSON_GetObjectItemCaseSensitive(peer_msg, "transport") : NULL;
+    if (!cJSON_IsObject(ptr))
+        ptr = peer_transport;
+    cJSON_AddItemToObject(tr, "peer", ptr ? cJSON_Duplicate(ptr, 1) : cJSON_CreateNull());
 
     cJSON *clk = cJSON_AddObjectToObject(rec, "clock");
     cJSON_AddStringToObject(clk, "source", r->clock.source);

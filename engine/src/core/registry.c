@@ -6,6 +6,9 @@ extern const struct fs_backend_ops fs_backend_tcp;
 #ifdef FS_HAVE_VERBS
 extern const struct fs_backend_ops fs_backend_verbs;
 #endif
+#ifdef FS_HAVE_RSOCKET
+extern const struct fs_backend_ops fs_backend_rsocket;
+#endif
 #ifdef FS_HAVE_UCX
 extern const struct fs_backend_ops fs_backend_ucx;
 #endif
@@ -21,6 +24,9 @@ static const struct fs_backend_ops *const all[] = {
     &fs_backend_tcp,
 #ifdef FS_HAVE_VERBS
     &fs_backend_verbs,
+#endif
+#ifdef FS_HAVE_RSOCKET
+    &fs_backend_rsocket,
 #endif
 #ifdef FS_HAVE_UCX
     &fs_backend_ucx,

@@ -62,6 +62,7 @@ struct fs_run {
     uint64_t last_heartbeat_ns;
     uint64_t last_hk_ns;  /* when housekeeping last ran (it is due FS_HOUSEKEEP_PERIOD_NS on) */
     uint64_t hk_passes;   /* housekeeping passes in this phase */
+    int ctl_failed;       /* this phase failed on the control channel (not the data path) */
     uint64_t events_seen; /* completions counted at the last look at the clock */
     int64_t peer_sent; /* -1 until the peer's "sent" arrives */
     struct cJSON *peer_done; /* a "phase_done" that arrived while we were still looping */

@@ -59,6 +59,10 @@ const struct fs_option fs_core_options[] = {
     {"session-open", FS_OPT_INT, O(session_open), S(session_open), 0, 1, "0", NULL,
      "with --control-fd or --peer-fd: the hello (and authentication) was already done",
      FS_OPTF_LOCAL},
+    {"session-key-fd", FS_OPT_INT, O(session_key_fd), S(session_key_fd), -1, 1e6, "-1", NULL,
+     "with --session-open 1: read the session key (64 hex digits) from this descriptor; every "
+     "control frame is then authenticated (HMAC-SHA256, sequence-numbered)",
+     FS_OPTF_LOCAL | FS_OPTF_NOECHO},
     {"peer-fd", FS_OPT_INT, O(peer_fd), S(peer_fd), -1, 1e6, "-1", NULL,
      "client mode on a connection to `fabscope serve` that the front end opened and "
      "authenticated (with --session-open 1)",

@@ -24,6 +24,7 @@ struct fs_spec {
     long control_fd;
     long session_open; /* the session hello was already done by `fabscope serve` */
     long peer_fd;      /* client mode on a connected, authenticated socket from the front end */
+    long session_key_fd; /* the session key's descriptor (a pipe from the front end), or -1 */
     int validate_only; /* parse and check the options, then exit (serve checks them at start) */
     long cpu;
     char format[8];

@@ -49,9 +49,24 @@ def _check_root(root: Path) -> None:
             f"class/net and, with RDMA, class/infiniband); leave it out to read /sys")
 
 
+def devices_parser() -> _Parser:
+    return _common("fabscope devices", "RDMA devices, ports, GIDs, netdevs, PCI and NUMA placement")
+
+
+def doctor_parser() -> _Parser:
+    parser = _common("fabscope doctor", "check this host for known RDMA/HPC pitfalls, each with the fix")
+    parser.add_argument("--expect-link-layer", choices=["InfiniBand", "Ethernet"], default=None,
+                        help="report an error for any RDMA port with the other link layer")
+    parser.add_argument("--peer", metavar="HOST[:PORT]", default=None, type=argtypes.host_port(18515),
+                        help="also run the checks on a host running `fabscope serve`, and compare the two hosts")
+    parser.add_argument("--key-file", metavar="FILE", default=None,
+                        help="with --peer: the shared key of that `fabscope serve` (its --key-file)")
+    return parser
+
+
 def main_devices(argv: Sequence[str] | None = None, parse_only: bool = False) -> int:
     """parse_only: check the arguments, read nothing."""
-    parser = _common("fabscope devices", "RDMA devices, ports, GIDs, netdevs, PCI and NUMA placement")
+    parser = devices_parser()
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
         root = sysfs_root_from_env(args.sysfs_root)
@@ -68,13 +83,7 @@ def main_devices(argv: Sequence[str] | None = None, parse_only: bool = False) ->
 
 def main_doctor(argv: Sequence[str] | None = None, parse_only: bool = False) -> int:
     """parse_only: check the arguments, run no check."""
-    parser = _common("fabscope doctor", "check this host for known RDMA/HPC pitfalls, each with the fix")
-    parser.add_argument("--expect-link-layer", choices=["InfiniBand", "Ethernet"], default=None,
-                        help="report an error for any RDMA port with the other link layer")
-    parser.add_argument("--peer", metavar="HOST[:PORT]", default=None, type=argtypes.host_port(18515),
-                        help="also run the checks on a host running `fabscope serve`, and compare the two hosts")
-    parser.add_argument("--key-file", metavar="FILE", default=None,
-                        help="with --peer: the shared key of that `fabscope serve` (its --key-file)")
+    parser = doctor_parser()
     try:
         args = parser.parse_args(list(argv) if argv is not None else None)
         root = sysfs_root_from_env(args.sysfs_root)

@@ -45,6 +45,7 @@ __all__ = [
     "FabscopeCollector",
     "ResultsSource",
     "check_excludes",
+    "check_sysfs_root",
     "counters_snapshot",
     "iter_metric_names",
     "render",
@@ -77,6 +78,40 @@ def _store_path(asked: Path | None) -> Path | None:
         return asked
     default = default_path()
     return default if default.is_file() else None
+
+
+def check_sysfs_root(root: str | None) -> None:
+    """--sysfs-root must look like /sys: a tree with class/infiniband or class/net. Anything else
+    would be served as a host with no ports at all (zero port metrics, no error)."""
+    if root is None:
+        return
+    base = Path(root)
+    if (base / "class" / "infiniband").is_dir() or (base / "class" / "net").is_dir():
+        return
+    below = sorted(str(c.parent) for c in base.glob("*/class") if (c / "net").is_dir()
+                   or (c / "infiniband").is_dir())
+    hint = f"; did you mean {below[0]}?" if below else " (give the directory that holds class/, as /sys does)"
+    raise FabscopeError(f"--sysfs-root {root}: neither {base / 'class' / 'infiniband'} nor {base / 'class' / 'net'} "
+                        f"exists, so there would be no port to export{hint}", EXIT_USAGE)
+
+
+def _listen_error(listen: str, addr: str, port: int, exc: OSError) -> FabscopeError:
+    """Why --listen could not be bound, in the words that fit the cause."""
+    import errno
+    import socket
+
+    if isinstance(exc, socket.gaierror):
+        why = (f"{addr!r} is not an address or a host name that resolves here ({exc.strerror}); give an IP "
+               f"address of this host, e.g. --listen 127.0.0.1:{port} or --listen 0.0.0.0:{port}")
+    elif exc.errno == errno.EADDRINUSE:
+        why = f"port {port} is in use; pick a free port (--listen {addr}:PORT) or stop what holds it"
+    elif exc.errno == errno.EADDRNOTAVAIL:
+        why = f"{addr} is not an address of this host; give one of its addresses, 127.0.0.1 or 0.0.0.0 (all)"
+    elif exc.errno == errno.EACCES:
+        why = f"port {port} is below 1024 and needs privileges; pick a port from 1024 up (default {DEFAULT_PORT})"
+    else:
+        why = f"{exc.strerror or exc}; pick another address or port"
+    return FabscopeError(f"--listen {listen}: cannot listen there: {why}", EXIT_USAGE)
 
 
 def check_excludes(engine: Path, sysfs_root: str | None, exclude: Sequence[str]) -> None:
@@ -122,6 +157,7 @@ def serve(
             "`fabscope run --format json` or `fabscope suite`",
             EXIT_USAGE,
         )
+    check_sysfs_root(sysfs_root)
     check_excludes(exe, sysfs_root, exclude)
     mtu = None
     if sysfs_root is None or os.environ.get("FABSCOPE_INVENTORY"):
@@ -152,11 +188,11 @@ def serve(
     try:
         httpd = Server((addr, port), TextMetricsHandler)
     except OSError as exc:
-        raise FabscopeError(
-            f"cannot listen on {listen}: {exc.strerror}; pick a free port (--listen ADDR:PORT) or stop what holds it",
-            EXIT_USAGE,
-        ) from exc
-    print(f"fabscope exporter: serving http://{listen}/metrics", file=sys.stderr, flush=True)
+        raise _listen_error(listen, addr, port, exc) from exc
+    bound = httpd.server_address
+    host = str(bound[0])
+    url_host = f"[{host}]" if ":" in host else host
+    print(f"fabscope exporter: serving http://{url_host}:{bound[1]}/metrics", file=sys.stderr, flush=True)
     if not _is_loopback(addr):
         print("fabscope exporter: /metrics is read-only and unauthenticated, as Prometheus exporters are; "
               "anyone who reaches this address sees the counters and results (limit it with a firewall)",

@@ -484,7 +484,13 @@ class FabscopeCollector(Collector):
                                 labels=["file", "error"])
         for name, why in sorted(self.results.errors.items()):
             bad.add_metric([name, why[:200]], 1)
-        return [p50, p99, bw, verdict, finding, bad]
+        store = GaugeMetricFamily("fabscope_exporter_store_unreadable",
+                                  "1 when the history store (--store) could not be read at this scrape (damaged, "
+                                  "missing, not a store; label: why); the port metrics are served regardless",
+                                  labels=["store", "error"])
+        if self.results.store is not None and self.results.store_error is not None:
+            store.add_metric([str(self.results.store), self.results.store_error[:200]], 1)
+        return [p50, p99, bw, verdict, finding, bad, store]
 
 
 def _info(name: str, help_text: str, labels: Mapping[str, str]) -> Metric:

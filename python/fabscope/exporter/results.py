@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,8 @@ class ResultsSource:
     files: Sequence[Path] = ()
     store: Path | None = None
     _cache: dict[Path, tuple[float, list[Result], list[dict[str, Any]]]] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # --results file -> why it did not read
+    store_error: str | None = None  # why the store did not read at the last scrape
 
     def latest(self) -> dict[tuple[str, ...], Result]:
         cases: dict[tuple[str, ...], tuple[float, Result]] = {}
@@ -60,15 +62,17 @@ class ResultsSource:
         from ..store import open_store
 
         out: list[tuple[float, Result]] = []
-        try:
-            with open_store(self.store) as st:
+        try:  # read-only: the exporter never creates, migrates or locks the store for writing
+            with open_store(self.store, readonly=True) as st:
                 for run in reversed(st.runs(limit=STORE_RUNS)):  # oldest first: on a tie (same second) the newer wins
                     start = datetime.fromisoformat(run.started_at).timestamp()
                     out += [(start + order * 1e-9, rec) for order, rec in enumerate(st.results(run_ids=[run.id]))]
-        except (FabscopeError, ValueError, OSError) as exc:
-            self.errors[str(self.store)] = str(exc)
+        except (FabscopeError, ValueError, OSError, sqlite3.Error) as exc:
+            # A damaged or vanished history never takes the port counters down with it: the scrape
+            # goes on without the stored results, and fabscope_exporter_store_unreadable says why.
+            self.store_error = exc.message if isinstance(exc, FabscopeError) else str(exc)
             return []
-        self.errors.pop(str(self.store), None)
+        self.store_error = None
         return out
 
     def findings(self) -> list[Mapping[str, Any]]:

@@ -2,7 +2,8 @@
 
 It connects back to the coordinator (`fabscope matrix` on the launch node) within a deadline,
 proves it was started by that run (the one-time token, from FABSCOPE_MATRIX_TOKEN, so it is not
-on any command line), says who it is (host name, launcher rank, IPv4 addresses per netdev), and
+on any command line; proved with auth.py's HMAC challenge-response, as `fabscope serve` clients
+prove their key, so the token never crosses the wire), says who it is (host name, launcher rank, IPv4 addresses per netdev), and
 then does what it is told, one thing at a time (no host is ever in two measurements at once):
 
 - ``listen``: start `fabscope-engine --listen ADDR:0 ...` (a server for one client), answer with
@@ -29,13 +30,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, control
+from .. import __version__, auth, control
 from ..engine import engine_path
 from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
 from ..runner import read_line_within
 
 TOKEN_ENV = "FABSCOPE_MATRIX_TOKEN"
-AGENT_PROTO = 1
+# 2: the token is proved with auth.py's challenge-response (the coordinator greets with a nonce)
+AGENT_PROTO = 2
+# The service name in the MACs' transcript: an agent's proof is useless to a serve and back.
+AGENT_SERVICE = "matrix-agent"
 # Generous: the coordinator may be busy with other pairs for several rounds.
 DEFAULT_IDLE_S = 600.0
 
@@ -203,12 +207,26 @@ def run_agent(coordinator: str, connect_timeout_s: float, idle_s: float, token_f
         raise FabscopeError(f"matrix-agent: --coordinator {coordinator}: give HOST:PORT", EXIT_USAGE)
     sock = _connect_within(host, port, connect_timeout_s)
     try:
-        control.send(sock, {"type": "hello", "proto": AGENT_PROTO, "version": __version__, "token": token,
+        key = auth.key_from_secret(token.encode(), "the matrix token")
+        challenge = control.recv(sock, 30.0, "the matrix coordinator")
+        server_nonce = challenge.get("nonce")
+        if challenge["type"] != "challenge" or not auth.is_nonce(server_nonce):
+            raise FabscopeError(f"matrix-agent: {coordinator} did not greet as a fabscope matrix coordinator of this "
+                                f"version (agent protocol {AGENT_PROTO}); install the same fabscope on every host",
+                                EXIT_PEER)
+        assert isinstance(server_nonce, str)
+        client_nonce = auth.new_nonce()
+        control.send(sock, {"type": "hello", "proto": AGENT_PROTO, "version": __version__, "nonce": client_nonce,
+                            "mac": auth.mac(key, "client", AGENT_SERVICE, server_nonce, client_nonce),
                             "hostname": socket.gethostname(), "rank": launcher_rank(), "pid": os.getpid(),
                             "addresses": ipv4_addresses(), "local_address": sock.getsockname()[0]}, 30.0)
         reply = control.recv(sock, connect_timeout_s + 30.0, "the matrix coordinator")
         if reply["type"] != "welcome":
             print(f"fabscope matrix-agent: the coordinator refused this agent: {reply.get('message')}", file=sys.stderr)
+            return EXIT_PEER
+        if not auth.verify(key, "server", AGENT_SERVICE, server_nonce, client_nonce, reply.get("mac")):
+            print(f"fabscope matrix-agent: {coordinator} welcomed this agent but could not prove it holds the run's "
+                  "token: it is not the coordinator of this matrix", file=sys.stderr)
             return EXIT_PEER
         return Agent(sock, idle_s).serve()
     finally:

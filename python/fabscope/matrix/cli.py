@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import argtypes
+from .. import argtypes, plan
 from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
 from . import schedule as schedmod
 
@@ -121,8 +121,12 @@ def read_hostfile(path: Path) -> list[str]:
     return hosts
 
 
+def _engine_options(ns: argparse.Namespace) -> list[tuple[str, str]]:
+    return [(k[4:], str(v)) for k, v in vars(ns).items() if k.startswith("eng:")]
+
+
 def _engine_args(ns: argparse.Namespace) -> list[str]:
-    return [f"--{k[4:]}={v}" for k, v in vars(ns).items() if k.startswith("eng:")]
+    return [f"--{k}={v}" for k, v in _engine_options(ns)]
 
 
 def _schedule(ns: argparse.Namespace, hosts: list[str]) -> schedmod.Schedule:
@@ -154,8 +158,10 @@ def check_matrix(ns: argparse.Namespace) -> None:
 
     binary = None
     if backend == "mpi":
+        from ..mpi_params import check_names
         from ..mpirun import find_mpi_engine
 
+        check_names(ns.mpi, (k for k, _ in ns.mca or []), (k for k, _ in ns.env or []))  # MPI ignores unknown ones
         try:
             binary = find_mpi_engine(ns.mpi)
         except FileNotFoundError as exc:
@@ -207,19 +213,22 @@ def run_matrix(ns: argparse.Namespace) -> int:
     rule = Rule(bw_fraction=ns.bw_fraction, lat_factor=ns.lat_factor, line_rate_gbps=ns.line_rate,
                 retests=ns.retests, partners=ns.partners, node_share=ns.node_share, robust_z=ns.robust_z)
     backend = str(getattr(ns, "eng:backend", "tcp"))
-    timeout = float(getattr(ns, "eng:timeout", 10))
-    args = _engine_args(ns)
+    # Every pair's measurement, as `fabscope run` builds one (plan.py); each pair adds its pattern and hosts.
+    where: plan.Where = (plan.MpiLaunch(mpi=ns.mpi, launcher=ns.launcher, mca=tuple(ns.mca or ()),
+                                        env=tuple(ns.env or ())) if backend == "mpi" else plan.Agents())
+    pair_plan = plan.RunPlan.of(_engine_options(ns), where)
     progress, stop_progress = _progress(sched.rounds * len(ns.patterns) * (2 if ns.directions == "both" else 1))
     try:
         if backend == "mpi":
             from .execute import MpiMeasurer
 
-            measurer: Any = MpiMeasurer(args, timeout, ns.mpi, ns.launcher, dict(ns.mca or []), dict(ns.env or []))
+            measurer: Any = MpiMeasurer(pair_plan)
             result = driver.run(hosts, ns.patterns, sched, rule, measurer, backend=backend, progress=progress,
                                 directions=ns.directions, parallel=ns.parallel)
             result.launcher = ns.launcher
         else:
-            result = _run_with_agents(ns, hosts, sched, rule, backend, timeout, args, progress)
+            result = _run_with_agents(ns, hosts, sched, rule, backend, pair_plan.timeout_s, pair_plan.engine_args(),
+                                      progress)
     finally:
         stop_progress()
     assert isinstance(result, MatrixRun)

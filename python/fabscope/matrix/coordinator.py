@@ -1,7 +1,8 @@
 """The coordinator: where the agents started by the launcher check in, and how they are driven.
 
-It listens on one TCP port for exactly the hosts of the matrix. An agent is accepted only with
-the run's one-time token (compared in constant time) and only once per host; a connection that
+It listens on one TCP port for exactly the hosts of the matrix. An agent is accepted only when it
+proves the run's one-time token with auth.py's HMAC challenge-response (the token itself never
+crosses the wire; a recorded proof is useless on another connection) and only once per host; a connection that
 says nothing is dropped after a few seconds without holding up the others. Every exchange with
 an agent has a deadline: an agent that stops answering, or whose connection closes, makes its
 host unreachable (with what happened) and the matrix goes on without it.
@@ -9,7 +10,6 @@ host unreachable (with what happened) and the matrix goes on without it.
 
 from __future__ import annotations
 
-import hmac
 import secrets
 import socket
 import threading
@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import control
+from .. import auth, control
 from ..errors import EXIT_PEER, FabscopeError
-from .agent import AGENT_PROTO
+from .agent import AGENT_PROTO, AGENT_SERVICE
 
 HELLO_DEADLINE_S = 5.0
 
@@ -68,6 +68,7 @@ class Coordinator:
     def __init__(self, hosts: list[str], bind: str = "0.0.0.0", port: int = 0, token: str | None = None) -> None:
         self.hosts = hosts
         self.token = token or secrets.token_urlsafe(24)
+        self.key = auth.key_from_secret(self.token.encode(), "the matrix token")
         family = socket.AF_INET6 if ":" in bind else socket.AF_INET
         self.listener = socket.socket(family, socket.SOCK_STREAM)
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -108,20 +109,24 @@ class Coordinator:
         return self.agents
 
     def _handshake(self, conn: socket.socket, where: str) -> None:
+        server_nonce = auth.new_nonce()
         try:
+            control.send(conn, {"type": "challenge", "proto": AGENT_PROTO, "auth": auth.SCHEME, "nonce": server_nonce},
+                         HELLO_DEADLINE_S)
             hello = control.recv(conn, HELLO_DEADLINE_S, f"a connection from {where}")
         except (FabscopeError, OSError):
             conn.close()
             return
-        token = hello.get("token")
-        if hello.get("type") != "hello" or not isinstance(token, str) or \
-                not hmac.compare_digest(token.encode(), self.token.encode()):
-            self._refuse(conn, where, "wrong or missing token")
+        if hello.get("type") == "hello" and hello.get("proto") != AGENT_PROTO:
+            self._refuse(conn, where, f"agent protocol {str(hello.get('proto'))[:20]} (this coordinator speaks "
+                                      f"{AGENT_PROTO}); install the same fabscope version on every host")
             return
-        if hello.get("proto") != AGENT_PROTO:
-            self._refuse(conn, where, f"agent protocol {hello.get('proto')} (this coordinator speaks {AGENT_PROTO}); "
-                                      "install the same fabscope version on every host")
+        client_nonce = hello.get("nonce")
+        if hello.get("type") != "hello" or not auth.is_nonce(client_nonce) or \
+                not auth.verify(self.key, "client", AGENT_SERVICE, server_nonce, str(client_nonce), hello.get("mac")):
+            self._refuse(conn, where, "wrong or missing token (its proof did not verify)")
             return
+        assert isinstance(client_nonce, str)
         name = str(hello.get("hostname") or "")
         rank = hello.get("rank")
         with self._lock:
@@ -135,7 +140,8 @@ class Coordinator:
                 return
             agent = AgentConn(host, conn, hello)
             try:
-                control.send(conn, {"type": "welcome", "host": host}, 5.0)
+                control.send(conn, {"type": "welcome", "host": host,
+                                    "mac": auth.mac(self.key, "server", AGENT_SERVICE, server_nonce, client_nonce)}, 5.0)
             except OSError:
                 conn.close()
                 return

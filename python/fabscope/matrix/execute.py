@@ -10,6 +10,7 @@ a job is a 2-rank MPI job on the two hosts instead (the runner's MPI launch, hos
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EXIT_USAGE, FabscopeError
+from ..plan import RunPlan
 from ..results import RecordError, Result, parse_record
 from ..results.matrix import Measurement
 from .coordinator import AgentConn
@@ -147,32 +149,29 @@ class AgentMeasurer:
 
 @dataclass
 class MpiMeasurer:
-    """--backend mpi: each job a 2-rank MPI job on (src, dst) through the runner's MPI launch."""
+    """--backend mpi: each job a 2-rank MPI job on (src, dst), the matrix's RunPlan with the pair's hosts
+    (plan.py: the same launch as `fabscope run --backend mpi --hosts SRC,DST`)."""
 
-    engine_args: list[str]
-    timeout_s: float
-    mpi: str
-    launcher: str
-    mca: dict[str, str]
-    env: dict[str, str]
+    plan: RunPlan  # where: an MpiLaunch without hosts; each job places its pair
     unreachable: dict[str, str] = field(default_factory=dict)
 
     def measure(self, jobs: Sequence[Job], round_no: int) -> list[Measurement]:
         return measure_concurrently(self.job, jobs, round_no)
 
     def job(self, job: Job, round_no: int) -> Measurement:
-        from .. import runner
+        from .. import plan as planmod
 
         src, dst, pattern, phase = job
-        from ..mpirun import NodesUnavailable
-
+        launch = self.plan.where
+        assert isinstance(launch, planmod.MpiLaunch)
+        pair = dataclasses.replace(self.plan.with_options(pattern=pattern),
+                                   where=dataclasses.replace(launch, hosts=(src, dst)))
         try:
-            outcome = runner.run_mpi([*self.engine_args, f"--pattern={pattern}"], self.timeout_s, None,
-                                     mpi=self.mpi, launcher=self.launcher, mca=self.mca, env=self.env,
-                                     hosts=[src, dst])
-        except NodesUnavailable as exc:  # a host the launcher cannot start on: that pair fails, the rest goes on
-            return Measurement(src, dst, pattern, None, phase=phase, round=round_no, error=str(exc))
-        except (ValueError, FileNotFoundError) as exc:  # nothing can launch: the same for every pair
-            raise FabscopeError(f"--backend mpi: {exc}", EXIT_USAGE) from exc
+            outcome = planmod.execute(pair)
+        except FabscopeError as exc:
+            if exc.exit_code == EXIT_USAGE:  # nothing can launch: the same for every pair
+                raise FabscopeError(f"--backend mpi: {exc.message}", EXIT_USAGE) from exc
+            # a host the launcher cannot start on: that pair fails, the rest goes on
+            return Measurement(src, dst, pattern, None, phase=phase, round=round_no, error=exc.message)
         return measurement_from(src, dst, pattern, phase, round_no, [r.to_json() for r in outcome.records],
                                 outcome.error)

@@ -27,6 +27,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from ..errors import EXIT_USAGE, FabscopeError
+from ..mpirun import REQUEST_ENV_PREFIXES
 from .agent import TOKEN_ENV
 
 LAUNCHERS = ("mpirun", "srun", "external")
@@ -52,6 +53,10 @@ def launcher_argv(launcher: str, hosts: Sequence[str], agent: Sequence[str], wai
                 "--mca", "orte_abort_on_non_zero_status", "0", "-x", TOKEN_ENV, "-x", "PATH"]
         if "PYTHONPATH" in env:
             argv += ["-x", "PYTHONPATH"]
+        # What picks the device or transport (UCX_NET_DEVICES, FI_PROVIDER, ...) must reach the agents on
+        # the other hosts too, as for `run --backend mpi` (Open MPI forwards OMPI_MCA_* itself).
+        argv += [a for k in env if k.startswith(REQUEST_ENV_PREFIXES) and not k.startswith("OMPI_MCA_")
+                 for a in ("-x", k)]
         return argv + list(agent), env
     if launcher == "srun":
         if shutil.which("srun") is None:

@@ -18,6 +18,7 @@ import io
 import itertools
 import math
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -43,10 +44,47 @@ MISSING_MATPLOTLIB = (
 
 _counter = itertools.count(1)
 
-# Distinguishable colours (matplotlib's tab10 order), cycled per line.
+# Distinguishable colours (matplotlib's tab10 order, then the dark halves of tab20b/tab20c).
 COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf")
+           "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd",
+           "#e6550d", "#31a354", "#756bb1", "#636363")
+# Markers cycled beside the colours: 20 colours x 7 markers give 140 distinct (colour, marker)
+# pairs, so two series never look alike even in grey print.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 BAD = "#d62728"
+
+
+def style(index: int) -> tuple[str, str]:
+    """The (colour, marker) of the index-th series of a chart: distinct for every series."""
+    return COLOURS[index % len(COLOURS)], MARKERS[index % len(MARKERS)]
+
+
+def _legend_outside(ax: Axes, entries: int) -> None:
+    """The legend to the right of the plot, never over the points (constrained layout makes room)."""
+    if entries:
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+                  ncols=1 if entries <= 16 else 2)
+
+
+def plain_number(value: float) -> str:
+    """A tick label as people write numbers: 0.5, 1, 10, 100, 1000, 20000 (never 4x10^2)."""
+    if value <= 0 or not math.isfinite(value):
+        return ""
+    return f"{value:,.0f}".replace(",", " ") if value >= 1 else f"{value:.3g}"
+
+
+def _plain_log_axis(axis: Any) -> None:
+    """Plain labels on a log axis: the powers of ten, and 2 and 5 times them when the axis spans
+    less than two decades (else the minor ticks stay unlabelled)."""
+    def minor(value: float, _pos: int) -> str:
+        lo, hi = axis.get_view_interval()
+        if lo <= 0 or hi / lo > 100:
+            return ""
+        mantissa = value / 10 ** math.floor(math.log10(value)) if value > 0 else 0
+        return plain_number(value) if round(mantissa, 6) in (2.0, 5.0) else ""
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: plain_number(v)))
+    axis.set_minor_formatter(FuncFormatter(minor))
 
 
 @dataclass(frozen=True)
@@ -67,6 +105,11 @@ class LatencySeries:
     sizes: Sequence[int]
     p50_us: Sequence[float]
     p99_us: Sequence[float]
+    # Several stored runs: p50_us / p99_us are their medians, p50_lo..p50_hi their spread, and
+    # runs the ids of the runs behind each size (empty for one record per size).
+    p50_lo: Sequence[float] = ()
+    p50_hi: Sequence[float] = ()
+    runs: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -78,6 +121,9 @@ class BandwidthSeries:
     sizes: Sequence[int]
     gbps: Sequence[float]
     line_rate_gbps: float | None = None
+    lo: Sequence[float] = ()  # several stored runs: gbps is their median, lo..hi their spread
+    hi: Sequence[float] = ()
+    runs: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -114,7 +160,8 @@ class TrendPoint:
     when: datetime
     value: float
     run: str
-    verdict: str = "same"
+    verdict: str = "same"  # regression | improvement | tail regression | inconclusive | same
+    group: str = ""  # the tag (or the untagged run) it belongs to: its runs get a median line
 
 
 def available() -> bool:
@@ -173,52 +220,96 @@ def _positive(values: Sequence[float | None]) -> list[float]:
 
 
 def latency_vs_size(series: Sequence[LatencySeries], definition: str) -> Chart:
-    """p50 lines with a band up to p99, log-log, one line per transport."""
-    fig = _figure()
+    """p50 lines with a band up to p99, log-log, one line per transport (per transport and tag for
+    several stored runs: the median over the runs, the band their spread)."""
+    fig = _figure(10.0, 4.6)
     ax = fig.add_subplot()
     rows: list[list[Any]] = []
-    for s, colour in zip(series, itertools.cycle(COLOURS), strict=False):
-        ax.plot(s.sizes, s.p50_us, marker="o", color=colour, label=f"{s.label} p50")
-        ax.fill_between(s.sizes, s.p50_us, s.p99_us, color=colour, alpha=0.18 if len(series) < 4 else 0.07,
-                        linewidth=0)
-        ax.plot(s.sizes, s.p99_us, color=colour, linestyle=":", linewidth=1, marker="v", markersize=4)
-        rows += [[s.label, size, p50, p99] for size, p50, p99 in zip(s.sizes, s.p50_us, s.p99_us, strict=True)]
+    many = any(s.p50_lo for s in series)
+    for i, s in enumerate(series):
+        colour, marker = style(i)
+        ax.plot(s.sizes, s.p50_us, marker=marker, color=colour, label=f"{s.label} p50")
+        if s.p50_lo:
+            ax.fill_between(s.sizes, s.p50_lo, s.p50_hi, color=colour, alpha=0.2, linewidth=0)
+        else:
+            ax.fill_between(s.sizes, s.p50_us, s.p99_us, color=colour, alpha=0.18 if len(series) < 4 else 0.07,
+                            linewidth=0)
+            ax.plot(s.sizes, s.p99_us, color=colour, linestyle=":", linewidth=1, marker=marker, markersize=3)
+        runs = list(s.runs) or [""] * len(s.sizes)
+        for k, size in enumerate(s.sizes):
+            spread = [s.p50_lo[k], s.p50_hi[k]] if s.p50_lo else [None, None]
+            rows.append([s.label, size, s.p50_us[k], *spread, s.p99_us[k], runs[k]])
     _size_axis(ax)
     ax.set_yscale("log")
+    _plain_log_axis(ax.yaxis)
     ax.set_ylabel("latency [µs]")
-    if series:
-        ax.legend(fontsize="small", loc="upper left")
-    table = Table([Column("transport", "transport"), Column("size", "#bytes"),
-                   Column("p50", "p50[µs]", "{:.3f}"), Column("p99", "p99[µs]", "{:.3f}")], rows)
-    caption = (f"Latency against message size, log-log. Line: median (p50); shaded band up to p99 (dotted, ▼). "
-               f"One sample is the {definition}. Percentiles over every measured sample, warmup excluded.")
+    _legend_outside(ax, len(series))
+    columns = [Column("transport", "transport [tag]" if many else "transport"), Column("size", "#bytes"),
+               Column("p50", "p50[µs]" + (" median of runs" if many else ""), "{:.3f}")]
+    if many:
+        columns += [Column("lo", "lowest p50[µs]", "{:.3f}"), Column("hi", "highest p50[µs]", "{:.3f}")]
+    columns.append(Column("p99", "p99[µs]" + (" median" if many else ""), "{:.3f}"))
+    if any(s.runs for s in series):
+        columns.append(Column("runs", "runs"))
+    table = Table(columns, [_pick(columns, row) for row in rows])
+    if many:
+        how = ("One line per transport and tag (or untagged run): the median p50 over that tag's runs; shaded: "
+               "the spread of their p50, lowest to highest run. The table names the runs behind each point.")
+    else:
+        how = "Line: median (p50); shaded band up to p99 (dotted)."
+    caption = (f"Latency against message size, log-log. {how} One sample is the {definition}. Percentiles over every "
+               "measured sample, warmup excluded.")
     return Chart("Latency against message size", _svg(fig), caption, table)
 
 
+_ROW_KEYS = ("transport", "size", "p50", "lo", "hi", "p99", "runs")
+
+
+def _pick(columns: Sequence[Column], row: Sequence[Any]) -> list[Any]:
+    """The cells of a latency row for the columns shown (rows carry every key of _ROW_KEYS)."""
+    full = dict(zip(_ROW_KEYS, row, strict=True))
+    return [full[c.key] for c in columns]
+
+
 def bandwidth_vs_size(series: Sequence[BandwidthSeries], measured_at: str) -> Chart:
-    """Bandwidth lines, log-log, one per transport; the line rate of the carrying port dashed."""
-    fig = _figure()
+    """Bandwidth lines, log-log, one per transport (and tag); the line rate of the carrying port dashed."""
+    fig = _figure(10.0, 4.6)
     ax = fig.add_subplot()
     rows: list[list[Any]] = []
     drawn_rates: set[float] = set()
-    for s, colour in zip(series, itertools.cycle(COLOURS), strict=False):
-        ax.plot(s.sizes, s.gbps, marker="o", color=colour, label=s.label)
+    many = any(s.lo for s in series)
+    for i, s in enumerate(series):
+        colour, marker = style(i)
+        ax.plot(s.sizes, s.gbps, marker=marker, color=colour, label=s.label)
+        if s.lo:
+            ax.fill_between(s.sizes, s.lo, s.hi, color=colour, alpha=0.2, linewidth=0)
         if s.line_rate_gbps and s.line_rate_gbps not in drawn_rates:
             drawn_rates.add(s.line_rate_gbps)
             ax.axhline(s.line_rate_gbps, color=colour, linestyle="--", linewidth=1,
                        label=f"line rate {s.line_rate_gbps:g} Gb/s")
-        rows += [[s.label, size, g, (100.0 * g / s.line_rate_gbps) if s.line_rate_gbps else None]
-                 for size, g in zip(s.sizes, s.gbps, strict=True)]
+        runs = list(s.runs) or [""] * len(s.sizes)
+        rows += [[s.label, size, g, *([s.lo[k], s.hi[k]] if many and s.lo else [None, None] if many else []),
+                  (100.0 * g / s.line_rate_gbps) if s.line_rate_gbps else None,
+                  *([runs[k]] if any(x.runs for x in series) else [])]
+                 for k, (size, g) in enumerate(zip(s.sizes, s.gbps, strict=True))]
     _size_axis(ax)
     ax.set_yscale("log")
+    _plain_log_axis(ax.yaxis)
     ax.set_ylabel("bandwidth [Gb/s]  (10^9 bit/s)")
-    if series:
-        ax.legend(fontsize="small", loc="upper left")
-    table = Table([Column("transport", "transport"), Column("size", "#bytes"),
-                   Column("gbps", "BW[Gb/s]", "{:.3f}"), Column("pct", "% of line rate", "{:.1f}")], rows)
+    _legend_outside(ax, len(series) + len(drawn_rates))
+    columns = [Column("transport", "transport [tag]" if many else "transport"), Column("size", "#bytes"),
+               Column("gbps", "BW[Gb/s]" + (" median of runs" if many else ""), "{:.3f}")]
+    if many:
+        columns += [Column("lo", "lowest[Gb/s]", "{:.3f}"), Column("hi", "highest[Gb/s]", "{:.3f}")]
+    columns.append(Column("pct", "% of line rate", "{:.1f}"))
+    if any(s.runs for s in series):
+        columns.append(Column("runs", "runs"))
+    table = Table(columns, rows)
     rate_note = ("Dashed: the line rate of the port that carried the bytes." if drawn_rates
                  else "No line rate is known for the devices that carried these runs.")
-    caption = (f"Bandwidth against message size, log-log, measured at the {measured_at}. {rate_note} Atomic "
+    spread = (" One line per transport and tag: the median over its runs, shaded from the lowest to the highest run."
+              if many else "")
+    caption = (f"Bandwidth against message size, log-log, measured at the {measured_at}.{spread} {rate_note} Atomic "
                "operations (8 B, judged by their rate) are not drawn: the comparison and the per-size tables have them.")
     return Chart("Bandwidth against message size", _svg(fig), caption, table)
 
@@ -238,6 +329,7 @@ def latency_distribution(dist: Distribution, definition: str) -> Chart:
         ax.bar(lows, counts, width=widths, align="edge", color=COLOURS[0], edgecolor="white", linewidth=0.3)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        _plain_log_axis(ax.yaxis)
         ax.set_ylabel("samples")
         rows = _bucket_rows(dist.buckets)
         table = Table([Column("lo", "from[µs]", "{:.3f}"), Column("hi", "to[µs]", "{:.3f}"),
@@ -256,6 +348,7 @@ def latency_distribution(dist: Distribution, definition: str) -> Chart:
         table = Table([Column("q", "percentile"), Column("v", "latency[µs]", "{:.3f}")], rows)
         how = ("The record carries no histogram: its percentiles (min, p50, p99, p99.9, max) as a cumulative "
                "curve instead.")
+    _plain_log_axis(ax.xaxis)
     ax.set_xlabel("latency [µs]")
     ax.grid(True, alpha=0.3)
     caption = f"Latency distribution of {dist.label} at {size_label(dist.size)} B; one sample is the {definition}. {how}"
@@ -338,37 +431,69 @@ def comparison_chart(rows: Sequence[ComparisonRow]) -> Chart:
     return Chart("Comparison of transports", _svg(fig), caption, comparison_table(rows))
 
 
+def compact_runs(ids: Sequence[str], keep: int = 6) -> str:
+    """Run ids for a table cell: all of a few, else how many with the first and last ones."""
+    shown = [i for i in ids if i]
+    if len(shown) <= keep:
+        return ", ".join(shown)
+    return f"{len(shown)} runs: {', '.join(shown[:3])}, ..., {shown[-1]}"
+
+
+VERDICT_MARKS = (  # verdict, marker, colour, filled
+    ("regression", "o", BAD, False), ("tail regression", "s", BAD, False),
+    ("improvement", "^", COLOURS[2], True), ("inconclusive", "D", COLOURS[7], False),
+)
+
+
 def history_trend(case: str, unit: str, points: Sequence[TrendPoint]) -> Chart:
-    """One case's figure over stored runs; runs that compare called a regression are marked."""
-    fig = _figure(8.0, 3.6)
+    """One case over stored runs, the asv view: one column per tag (or untagged run) in the order
+    they first ran, every run of it a point, a line through the tags' medians, and the call
+    `fabscope compare` makes against the tag before marked on the median."""
+    fig = _figure(10.0, 4.0)
     ax = fig.add_subplot()
     ordered = sorted(points, key=lambda p: p.when)
-    # Runs in time order, evenly spaced (a run a week apart is no more interesting than one an hour apart);
-    # the axis labels say when each ran.
-    xs = list(range(len(ordered)))
-    ax.plot(xs, [p.value for p in ordered], marker="o", color=COLOURS[0], label=case)
-    bad = [(x, p) for x, p in zip(xs, ordered, strict=True) if p.verdict == "regression"]
-    if bad:
-        ax.scatter([x for x, _ in bad], [p.value for _, p in bad], s=120, facecolors="none", edgecolors=BAD,
-                   linewidths=2, zorder=3, label="regression")
-    good = [(x, p) for x, p in zip(xs, ordered, strict=True) if p.verdict == "improvement"]
-    if good:
-        ax.scatter([x for x, _ in good], [p.value for _, p in good], marker="^", s=60, color=COLOURS[2], zorder=3,
-                   label="improvement")
-    step = max(1, len(ordered) // 12)
-    ax.set_xticks(xs[::step], [p.when.strftime("%m-%d %H:%M") for p in ordered[::step]], rotation=30, ha="right")
+    groups: dict[str, list[TrendPoint]] = {}
+    for p in ordered:
+        groups.setdefault(p.group or p.run, []).append(p)
+    names = list(groups)
+    xs = list(range(len(names)))
+    many = any(len(g) > 1 for g in groups.values())
+    for x, name in zip(xs, names, strict=True):
+        runs = groups[name]
+        spread = [x + (0.3 * (k / (len(runs) - 1) - 0.15) if len(runs) > 1 else 0.0) for k in range(len(runs))]
+        ax.scatter(spread, [p.value for p in runs], s=14, color=COLOURS[0], alpha=0.6, zorder=2,
+                   label="_nolegend_" if x else "a run")
+    medians = [statistics.median(p.value for p in groups[n]) for n in names]
+    ax.plot(xs, medians, color="#222222", linewidth=1.5, marker="_", markersize=16, zorder=3,
+            label="median of a tag's runs" if many else "run")
+    for verdict, marker, colour, filled in VERDICT_MARKS:
+        marked = [(x, m) for x, n, m in zip(xs, names, medians, strict=True) if groups[n][-1].verdict == verdict]
+        if marked:
+            ax.scatter([x for x, _ in marked], [m for _, m in marked], marker=marker, s=130, linewidths=2, zorder=4,
+                       facecolors=colour if filled else "none", edgecolors=colour, label=verdict)
+    step = max(1, len(names) // 14)
+    ax.set_xticks(xs[::step], [f"{n}\n{groups[n][0].when.strftime('%m-%d %H:%M')}" for n in names[::step]],
+                  rotation=30 if len(names) > 6 else 0, ha="right" if len(names) > 6 else "center", fontsize="small")
+    ax.set_xlim(-0.6, len(names) - 0.4)
     ax.set_ylabel(f"[{unit}]")
     ax.set_title(case, fontsize="medium")
-    ax.set_xlabel("time of run (UTC)")
+    ax.set_xlabel("tag (or untagged run), in the order they first ran; time of its first run (UTC)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    rows: list[list[Any]] = [[p.when.strftime("%Y-%m-%d %H:%M"), p.run, p.value, p.verdict] for p in ordered]
-    table = Table([Column("when", "time (UTC)"), Column("run", "run"), Column("value", f"{case}[{unit}]", "{:.3f}"),
-                   Column("verdict", "compare vs the runs before")], rows)
-    caption = (f"History of {case} [{unit}] over the stored runs, oldest first. Circled in red: runs that `fabscope "
-               "compare` called a regression against the runs before them (a change beyond its threshold AND "
-               "statistical evidence). Runs sharing a --tag are compared as one group of repeated runs; an untagged "
-               "run is a group of one, which compare cannot call (no statistical evidence from one run).")
+    _legend_outside(ax, len(ax.get_legend_handles_labels()[0]))
+    rows: list[list[Any]] = []
+    for n, m in zip(names, medians, strict=True):
+        runs = groups[n]
+        rows.append([n, runs[0].when.strftime("%Y-%m-%d %H:%M"), compact_runs([p.run.split(" ")[0] for p in runs]),
+                     m, min(p.value for p in runs), max(p.value for p in runs), runs[-1].verdict])
+    table = Table([Column("tag", "tag / run"), Column("when", "first run (UTC)"), Column("runs", "runs"),
+                   Column("median", f"median[{unit}]", "{:.3f}"), Column("lo", f"lowest[{unit}]", "{:.3f}"),
+                   Column("hi", f"highest[{unit}]", "{:.3f}"), Column("verdict", "compare vs the tag before")], rows)
+    caption = (f"History of {case} [{unit}] over the stored runs: one column per tag (an untagged run is a column of "
+               "its own), in the order they first ran; dots: its runs; black: the median of its runs. Marked on the "
+               "median, the call `fabscope compare` makes against the column before: red circle a regression, red "
+               "square a tail (p99) regression, green triangle an improvement, grey diamond inconclusive (a change "
+               "beyond the threshold without the evidence to call it: more runs under that tag would settle it). "
+               "An untagged run is one run, which compare cannot call.")
     return Chart(f"History: {case}", _svg(fig), caption, table)
 
 

@@ -41,21 +41,65 @@ def _histories(inputs: Inputs, store_path: str | None, notes: list[str]) -> list
     from .trends import histories
 
     where = Path(store_path) if store_path else default_path()
-    if not where.exists():
+    if not where.exists() and not store_path:  # --store PATH that does not exist: an error (a typo)
         notes.append(f"No history trend: no history store at {where} (runs keep their results there unless "
                       "--no-store; --store PATH names another).")
         return []
-    with open_store(where) as store:
-        found = histories(store, inputs.records)
+    try:
+        with open_store(where, readonly=True) as store:
+            found = histories(store, inputs.records)
+    except FabscopeError as exc:
+        if store_path:
+            raise
+        # The default store only adds the trend to a report of files: say why it is missing.
+        print(f"fabscope: warning: {exc.message}", file=sys.stderr)
+        notes.append(f"No history trend: {exc.message}")
+        return []
     if not found:
         notes.append(f"No history trend: {where} holds fewer than two runs of these cases.")
     return found
+
+
+def _check_outputs(inputs: Inputs, outputs: dict[str, str | None], store: str | None) -> None:
+    """Never write a report over what it reads (an input file, the history store), nor two outputs
+    into one file."""
+    from ..store import default_path
+
+    read = {p.resolve(): str(p) for p in inputs.files}
+    if inputs.stored or store:
+        where = Path(store) if store else default_path()
+        read[where.resolve()] = f"{where} (the history store)"
+    seen: dict[Path, str] = {}
+    for flag, path in outputs.items():
+        if not path:
+            continue
+        target = Path(path).resolve()
+        if target in read:
+            raise FabscopeError(f"{flag} {path}: that is an input of this report ({read[target]}); writing the "
+                                "report there would destroy it. Give another file name", EXIT_USAGE)
+        if target in seen:
+            raise FabscopeError(f"{flag} {path}: {seen[target]} writes to the same file; give each its own",
+                                EXIT_USAGE)
+        seen[target] = flag
+
+
+def _check_size(inputs: Inputs, size: int | None) -> None:
+    """--size names the latency size whose distribution is drawn: it must be one that was measured."""
+    if size is None:
+        return
+    measured = sorted({r.size for r in inputs.records if r.pattern == "lat"})
+    if size not in measured:
+        have = ", ".join(f"{s} B" for s in measured) or "none (no latency results in these inputs)"
+        raise FabscopeError(f"--size {size}: no latency result of {size} B in these inputs, so there is no "
+                            f"distribution to draw; latency sizes measured: {have}", EXIT_USAGE)
 
 
 def report(inputs_named: list[str], html: str | None, md: str | None, csv: str | None,
            title: str = "fabscope report", size: int | None = None, store: str | None = None,
            history: bool = True) -> int:
     inputs = read_inputs(inputs_named, store)
+    _check_outputs(inputs, {"--html": html, "--md": md, "--csv": csv}, store)
+    _check_size(inputs, size)
     if html:
         said = notes(inputs)
         trends = _histories(inputs, store, said) if history else []

@@ -7,11 +7,13 @@ ran UCX over two transports or two MPIs shows each on its own.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..results import Result
-from .charts import BandwidthSeries, ComparisonRow, Distribution, LatencySeries
+from ..results.histogram import merge
+from .charts import BandwidthSeries, ComparisonRow, Distribution, LatencySeries, compact_runs
 
 LAT_SMALL, LAT_MID, BW_MID, BW_LARGE = 8, 4096, 65536, 1 << 20
 
@@ -59,20 +61,74 @@ def carrier_device(rec: Result) -> str | None:
     return None
 
 
+def run_group(rec: Result) -> str | None:
+    """The stored run a record came from, as a report groups it: "tag T" (repeated runs of one
+    tag), "run N" (an untagged run), None (a plain result file: no run recorded in it)."""
+    run = rec.raw.get("run")
+    if not isinstance(run, Mapping):
+        return None
+    if run.get("tag"):
+        return f"tag {run['tag']}"
+    return f"run {run.get('id')}" if run.get("id") is not None else None
+
+
+def run_id(rec: Result) -> str:
+    run = rec.raw.get("run")
+    return str(run.get("id")) if isinstance(run, Mapping) and run.get("id") is not None else ""
+
+
+def grouped(records: Iterable[Result]) -> bool:
+    """Whether these records come from several stored runs: then one series per tag (or untagged run)."""
+    return len({run_group(r) for r in records} - {None}) > 1 or any(
+        len(ids) > 1 for ids in _runs_per_group(records).values())
+
+
+def _runs_per_group(records: Iterable[Result]) -> dict[str | None, set[str]]:
+    out: dict[str | None, set[str]] = {}
+    for r in records:
+        out.setdefault(run_group(r), set()).add(run_id(r))
+    return out
+
+
 def _by_label(records: Iterable[Result], pattern: str) -> dict[str, list[Result]]:
+    records = list(records)
+    per_group = grouped(records)
     out: dict[str, list[Result]] = {}
     for rec in records:
         if rec.pattern == pattern:
-            out.setdefault(transport_label(rec), []).append(rec)
+            group = run_group(rec) if per_group else None
+            label = transport_label(rec) + (f" [{group}]" if group else "")
+            out.setdefault(label, []).append(rec)
     return {k: sorted(v, key=lambda r: r.size) for k, v in out.items()}
 
 
+def _per_size(recs: list[Result], figure: Any) -> list[tuple[int, list[float], list[str]]]:
+    """(size, the figure of every run that measured it, those runs' ids), sizes ascending."""
+    out: dict[int, tuple[list[float], list[str]]] = {}
+    for r in recs:
+        v = figure(r)
+        if v is not None:
+            values, ids = out.setdefault(r.size, ([], []))
+            values.append(float(v))
+            ids.append(run_id(r))
+    return [(size, vals, ids) for size, (vals, ids) in sorted(out.items())]
+
+
 def latency_series(records: Iterable[Result]) -> list[LatencySeries]:
+    """One line per transport, or per transport and tag when the records are several stored runs:
+    then the median over the runs, with their spread (lowest to highest p50) as the band."""
     out: list[LatencySeries] = []
     for label, recs in _by_label(records, "lat").items():
-        kept = [(r.size, r.latency.p50, r.latency.p99) for r in recs if r.latency]
-        if kept:
-            out.append(LatencySeries(label, [p[0] for p in kept], [p[1] for p in kept], [p[2] for p in kept]))
+        p50 = _per_size(recs, lambda r: r.latency.p50 if r.latency else None)
+        p99 = dict((size, vals) for size, vals, _ in _per_size(recs, lambda r: r.latency.p99 if r.latency else None))
+        if not p50:
+            continue
+        repeated = any(len(vals) > 1 for _, vals, _ in p50)
+        out.append(LatencySeries(
+            label, [k[0] for k in p50], [statistics.median(k[1]) for k in p50],
+            [statistics.median(p99[k[0]]) for k in p50],
+            p50_lo=[min(k[1]) for k in p50] if repeated else (), p50_hi=[max(k[1]) for k in p50] if repeated else (),
+            runs=[compact_runs(k[2]) for k in p50] if repeated or any(any(k[2]) for k in p50) else ()))
     return out
 
 
@@ -90,13 +146,47 @@ ATOMICS = ("fadd", "cswap")
 
 def bandwidth_series(records: Iterable[Result], line_rates: Mapping[str, float],
                      pattern: str = "bw") -> list[BandwidthSeries]:
-    """Bandwidth lines; atomics (8 B operations, judged by their rate) stay in the tables only."""
+    """Bandwidth lines; atomics (8 B operations, judged by their rate) stay in the tables only.
+    Several stored runs: one line per transport and tag, the median over runs with their spread."""
     out: list[BandwidthSeries] = []
     for label, recs in _by_label((r for r in records if r.op not in ATOMICS), pattern).items():
-        kept = [(r.size, g) for r in recs if (g := _gbps(r)) is not None]
+        kept = _per_size(recs, _gbps)
         if kept:
-            out.append(BandwidthSeries(label, [k[0] for k in kept], [k[1] for k in kept],
-                                       line_rate_for(recs[-1], line_rates)))
+            repeated = any(len(vals) > 1 for _, vals, _ in kept)
+            out.append(BandwidthSeries(
+                label, [k[0] for k in kept], [statistics.median(k[1]) for k in kept],
+                line_rate_for(recs[-1], line_rates),
+                lo=[min(k[1]) for k in kept] if repeated else (), hi=[max(k[1]) for k in kept] if repeated else (),
+                runs=[compact_runs(k[2]) for k in kept] if repeated or any(any(k[2]) for k in kept)
+                else ()))
+    return out
+
+
+def distributions(records: Sequence[Result], size: int | None = None, limit: int = 6) -> list[Distribution]:
+    """The latency distribution of one size: one, or one per tag (its runs' histograms merged) when
+    the records are several stored runs of different tags."""
+    if not grouped(records):
+        one = distribution(records, size)
+        return [one] if one else []
+    lat = [r for r in records if r.latency is not None and (size is None or r.size == size)]
+    if not lat:
+        return []
+    chosen = size if size is not None else max(r.size for r in lat)
+    by_group: dict[tuple[str, str | None], list[Result]] = {}
+    for r in lat:
+        if r.size == chosen:
+            by_group.setdefault((transport_label(r), run_group(r)), []).append(r)
+    out: list[Distribution] = []
+    for (label, group), recs in list(by_group.items())[:limit]:
+        stats = [r.latency for r in recs if r.latency is not None]
+        hists = [s.histogram for s in stats if s.histogram is not None]
+        buckets: list[tuple[float, float, int]] = []
+        if len(hists) == len(stats):
+            merged = merge(hists)
+            buckets = [(merged.bounds_ns(i)[0] / 1e3, merged.bounds_ns(i)[1] / 1e3, c) for i, c in merged.buckets]
+        percentiles = {k: statistics.median(getattr(s, k) for s in stats) for k in ("min", "p50", "p99", "p999", "max")}
+        runs = f", {len(recs)} runs merged" if len(recs) > 1 else ""
+        out.append(Distribution(f"{label} [{group}{runs}]" if group else label, chosen, buckets, percentiles))
     return out
 
 

@@ -16,7 +16,7 @@ from typing import Any
 from ..results import Result
 from . import charts
 from .charts import Chart, ComparisonRow, TrendPoint
-from .figures import bandwidth_series, comparison_rows, distribution, latency_series, transport_label
+from .figures import bandwidth_series, comparison_rows, distributions, latency_series, transport_label
 from .table import Table, cell
 
 STYLE = """
@@ -127,8 +127,7 @@ def charts_for(data: ReportInput) -> list[tuple[Chart, bool]]:
             if pattern == "bibw":
                 chart = Chart("Bidirectional bandwidth against message size", chart.svg, chart.caption, chart.table)
             out.append((chart, False))
-    dist = distribution(records, data.distribution_size)
-    if dist:
+    for dist in distributions(records, data.distribution_size):  # one per tag for several stored runs
         out.append((charts.latency_distribution(dist, lat_def), False))
     out += [(charts.history_trend(h.case, h.unit, h.points), False) for h in data.history]
     out += [(chart, False) for m in data.matrices for chart in charts.matrix_heatmaps(m)]

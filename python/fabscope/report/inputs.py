@@ -29,10 +29,18 @@ class Inputs:
     matrices: list[dict[str, Any]] = field(default_factory=list)
     suites: list[SuiteSummary] = field(default_factory=list)  # fabscope.suite/1 summaries (line rates, notes)
     sources: list[str] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)  # every file read (what a report must never write over)
+    stored: list[str] = field(default_factory=list)  # the names given that were stored runs
 
 
 def _objects(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise FabscopeError(f"{path}: not a text file (byte {exc.start} is not UTF-8); give the JSON lines that "
+                            "`fabscope run --format json` and `fabscope suite` write", EXIT_USAGE) from exc
+    except OSError as exc:
+        raise FabscopeError(f"{path}: cannot read it: {exc.strerror}", EXIT_USAGE) from exc
     stripped = text.lstrip()
     if stripped.startswith("{") and "\n{" not in stripped:
         try:  # one (possibly pretty-printed) object: a matrix, a suite summary, one record
@@ -77,22 +85,28 @@ def _add(inputs: Inputs, path: Path) -> None:
                 f"{path}:{number}: schema {schema or '(none)'!r} is not a fabscope result, matrix or suite "
                 f"({RESULT_PREFIX}1, {MATRIX_PREFIX}1, {SUITE_PREFIX}1)", EXIT_USAGE)
     inputs.sources.append(str(path))
+    inputs.files.append(path)
 
 
 def _add_stored(inputs: Inputs, name: str, store_path: str | None) -> None:
     """A run id, ``latest``, ``latest~N`` or a tag of the history store (``fabscope.store``)."""
-    from ..store import default_path, open_store
+    from ..store import default_path, open_store, with_run
 
     where = Path(store_path) if store_path else default_path()
     if not where.exists():
         raise FabscopeError(f"{name}: no such file or directory, and no history store at {where} to look it up as a "
                             "run (give result files, a `fabscope suite --out` directory, or --store PATH)", EXIT_USAGE)
-    with open_store(where) as store:
+    with open_store(where, readonly=True) as store:
         try:
             ids = store.run_ids_for(name)
         except FabscopeError as exc:
             raise FabscopeError(f"{name}: no such file or directory; as a run: {exc.message}", EXIT_USAGE) from exc
-        inputs.records += store.results(ids)
+        wanted = set(ids)
+        infos = {r.id: r for r in store.runs(limit=None) if r.id in wanted}
+        # Each record with its run (id, tag, time): a report of several runs draws one series per tag.
+        inputs.records += [parse_record(with_run(infos[run_id], r), judge_path=False)
+                           for run_id, r in store.results_by_run(ids)]
+        inputs.stored.append(name)
     inputs.sources.append(f"{where} run{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}")
 
 

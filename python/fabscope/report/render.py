@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from ..results import Result
 from ..results.pathtext import render_path_text
 from .markdown import markdown_table
-from .table import Table, cell, table_for
+from .table import Table, cell, from_stored_runs, stored_run, table_for
 
 # cpuidle drivers whose idle states cost tens of microseconds to leave (measured here: haltpoll
 # pays ~40 us per blocking message on a quiet machine).
@@ -59,7 +59,9 @@ def header(res: Result) -> str:
     tr = res.transport
     where = tr.local.get("local_address") or tr.local.get("device") or ""
     peer = tr.local.get("peer_address") or tr.control or ""
-    parts = [f"backend {res.backend}", f"op {res.op}", f"pattern {res.pattern}", f"poll {tr.poll}"]
+    preload = tr.local.get("preload")
+    backend = str(preload.get("label") or res.backend) if isinstance(preload, dict) else res.backend
+    parts = [f"backend {backend}", f"op {res.op}", f"pattern {res.pattern}", f"poll {tr.poll}"]
     if where or peer:
         parts.append(f"{where} -> {peer}")
     launcher = tr.launcher or {}
@@ -119,6 +121,22 @@ def no_effect_lines(results: Sequence[Result]) -> list[str]:
     return list(dict.fromkeys(lines))
 
 
+def why_lines(results: Sequence[Result]) -> list[str]:
+    """``# why:`` lines: each seen cause of each size (results/explain.py decides); when no size has
+    one, a single line with the count of checks (one line, not one per size)."""
+    explained = [r for r in results if r.explanation is not None]
+    many = len({r.size for r in explained}) > 1
+    out: list[str] = []
+    for r in explained:
+        assert r.explanation is not None
+        if r.explanation.seen:
+            out += [f"# why{f' ({r.size} B)' if many else ''}: {line}" for line in r.explanation.why_lines()]
+    if explained and not out:
+        summaries = list(dict.fromkeys(r.explanation.summary() for r in explained if r.explanation is not None))
+        out.append(f"# why: nothing seen; {'; '.join(summaries)}")
+    return out
+
+
 def render_text(results: Sequence[Result]) -> str:
     out: list[str] = []
     for recs in groups(results).values():
@@ -134,6 +152,7 @@ def render_text(results: Sequence[Result]) -> str:
         out += [f"# setting had no effect: {line}" for line in no_effect_lines(recs)]
         out += flow_lines(recs)
         out += _path_lines(recs)
+        out += why_lines(recs)
         note = idle_note(recs[0])
         if note:
             out.append("# " + note)
@@ -144,19 +163,24 @@ def render_text(results: Sequence[Result]) -> str:
 CSV_KEYS = ["backend", "op", "pattern", "size", "iterations", "warmup",
             "lat_min_us", "lat_p50_us", "lat_mean_us", "lat_stdev_us", "lat_p99_us", "lat_p999_us", "lat_max_us",
             "bandwidth_gbps", "bandwidth_MBps", "msg_rate_mpps", "poll", "path_verdict",
-            "path_requested", "settings_without_effect"]
+            "path_requested", "settings_without_effect", "why"]
 
 
 def render_csv(results: Sequence[Result]) -> str:
+    """One row per result; records of stored runs (`history export`, reports of stored runs) start
+    with their run, tag and start time."""
     buf = io.StringIO()
     writer = csv.writer(buf)
-    writer.writerow(CSV_KEYS)
+    runs = from_stored_runs(results)
+    writer.writerow((["run", "tag", "started_at"] if runs else []) + CSV_KEYS)
     for r in results:
         lat, bw = r.latency, r.bandwidth
-        row: list[object] = [r.backend, r.op, r.pattern, r.size, r.iterations, r.warmup]
+        row: list[object] = list(stored_run(r)) if runs else []
+        row += [r.backend, r.op, r.pattern, r.size, r.iterations, r.warmup]
         row += [getattr(lat, k) if lat else None for k in ("min", "p50", "mean", "stdev", "p99", "p999", "max")]
         row += [bw.gbps, bw.mbps, bw.msg_rate_mpps] if bw else [None, None, None]
-        row += [r.transport.poll, r.path.verdict, r.path.requested, "; ".join(r.settings_without_effect)]
+        row += [r.transport.poll, r.path.verdict, r.path.requested, "; ".join(r.settings_without_effect),
+                r.explanation.summary() if r.explanation else ""]
         writer.writerow(["" if v is None else v for v in row])
     return buf.getvalue()
 

@@ -67,13 +67,35 @@ def value(res: Result, key: str) -> Any:
         return res.size
     if key == "iterations":
         return res.iterations
+    if key in ("run", "tag"):
+        return stored_run(res)[0 if key == "run" else 1]
     raise KeyError(key)
 
 
+RUN_COLUMNS = [Column("run", "run"), Column("tag", "tag")]
+
+
+def stored_run(res: Result) -> tuple[int | None, str | None, str | None]:
+    """(id, tag, start time) of the stored run a record came from (``run``, as `history export` and
+    reports of stored runs carry it), or Nones for a record straight from a run or a file."""
+    run = res.raw.get("run")
+    if not isinstance(run, dict):
+        return None, None, None
+    rid, tag, when = run.get("id"), run.get("tag"), run.get("started_at")
+    return (rid if isinstance(rid, int) else None, tag if isinstance(tag, str) else None,
+            when if isinstance(when, str) else None)
+
+
+def from_stored_runs(results: Sequence[Result]) -> bool:
+    return any(stored_run(r)[0] is not None for r in results)
+
+
 def table_for(results: Sequence[Result]) -> Table:
-    """One table for results of one (backend, op, pattern)."""
+    """One table for results of one (backend, op, pattern); records of stored runs name their run and tag."""
     lat = bool(results) and results[0].pattern == "lat"
     columns = list(LAT_COLUMNS if lat else BW_COLUMNS) + [PATH_COLUMN]
+    if from_stored_runs(results):
+        columns = RUN_COLUMNS + columns
     return Table(columns, [[value(r, c.key) for c in columns] for r in results])
 
 

@@ -4,6 +4,7 @@
 - ``histogram``: the compact latency histogram records carry, and Mann-Whitney U over two of them
 - ``deltas`` / ``requests`` / ``verdict`` / ``pathtext``: the path verdict, split by job
   (counter arithmetic, what was asked, the judgement, its text)
+- ``explain``: why the number is what it is (expected ceiling, causes seen/clear/unchecked), attached once
 - ``suite``: the suite's summary, ``fabscope.suite/1``; ``matrix``: ``fabscope.matrix/1`` (the matrix fills it)
 
 Everything else (CLI, suite, serve, matrix, report, store, exporter) reads these objects; nobody
@@ -11,6 +12,7 @@ re-derives a field from the raw dict.
 """
 
 from .errors import RecordError
+from .explain import Cause, Explanation, explain
 from .histogram import Histogram
 from .model import (
     RESULT_SCHEMA,
@@ -31,6 +33,8 @@ __all__ = [
     "RESULT_SCHEMA",
     "RESULT_VERSION",
     "Bandwidth",
+    "Cause",
+    "Explanation",
     "Flow",
     "Histogram",
     "HostInfo",
@@ -39,6 +43,7 @@ __all__ = [
     "RecordError",
     "Result",
     "TransportSummary",
+    "explain",
     "load_file",
     "load_results",
     "parse_record",

@@ -3,7 +3,8 @@
 Owns: the schema names and versions this front end reads, validation (a record that fails is a
 ``RecordError`` naming the field, never a partial row), the typed view of every field the front end
 uses, and the one place the path verdict is attached (``parse_record``). The raw dict is kept, so
-JSON export is lossless: ``Result.to_json()`` is the engine's record plus ``path``.
+JSON export is lossless: ``Result.to_json()`` is the engine's record plus ``path`` and
+``explanation`` (results/explain.py).
 
 Schema policy: every ``fabscope.result/N`` with N <= ``RESULT_VERSION`` is read (records saved by
 earlier releases stay readable; tests/fixtures/records holds real ones); fields added later are
@@ -13,6 +14,7 @@ optional (``latency_us.histogram`` arrived in 0.2 and is None in older records).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 
 from .cpushare import with_shared_cpu_warning
 from .errors import RecordError
+from .explain import Explanation, explain
 from .histogram import Histogram
 from .verdict import settings_without_effect, verdict
 
@@ -27,6 +30,7 @@ __all__ = [
     "RESULT_SCHEMA",
     "RESULT_VERSION",
     "Bandwidth",
+    "Explanation",
     "Flow",
     "HostInfo",
     "Latency",
@@ -72,7 +76,7 @@ def _opt_str(obj: Mapping[str, Any], key: str, where: str = "") -> str | None:
 
 def _int(obj: Mapping[str, Any], key: str, where: str = "") -> int:
     v = _get(obj, key, where)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or v < 0:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v != int(v) or v < 0:
         raise RecordError(f"{where}{key}", f"must be a non-negative integer, got {v!r}")
     return int(v)
 
@@ -81,6 +85,13 @@ def _num(obj: Mapping[str, Any], key: str, where: str = "") -> float:
     v = _get(obj, key, where)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise RecordError(f"{where}{key}", f"must be a number, got {v!r}")
+    return _finite(v, f"{where}{key}")
+
+
+def _finite(v: float, name: str) -> float:
+    """NaN and infinities are no measurement (Python's json reads them; the engine never writes them)."""
+    if not math.isfinite(v):
+        raise RecordError(name, f"must be a finite number, got {v!r} (the record was edited or damaged)")
     return float(v)
 
 
@@ -90,7 +101,7 @@ def _opt_num(obj: Mapping[str, Any], key: str, where: str = "") -> float | None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise RecordError(f"{where}{key}", f"must be a number or null, got {v!r}")
-    return float(v)
+    return _finite(v, f"{where}{key}")
 
 
 def _obj(obj: Mapping[str, Any], key: str, where: str = "") -> dict[str, Any]:
@@ -262,6 +273,11 @@ class TransportSummary:
 def carried_by(local: Mapping[str, Any]) -> str:
     """One phrase for what actually carried a run, from the backend's own transport report."""
     kind = local.get("kind")
+    preload = local.get("preload")
+    if kind == "tcp" and isinstance(preload, Mapping):
+        return f"{preload.get('label') or 'tcp (preload)'} via {local.get('address_owner') or '?'}"
+    if kind == "rsocket":
+        return f"rsocket {local.get('device') or '?'} via {local.get('address_owner') or '?'}"
     if kind == "tcp":
         return f"tcp via {local.get('bound_device') or local.get('address_owner') or '?'}"
     if kind == "ucx":
@@ -335,6 +351,8 @@ class Result:
     settings_without_effect: tuple[str, ...]
     path: PathVerdict
     raw: dict[str, Any] = field(repr=False)
+    # Why the number is what it is (results/explain.py), attached once in parse_record.
+    explanation: Explanation | None = field(default=None, repr=False)
 
     @property
     def misrouted(self) -> bool:
@@ -384,6 +402,8 @@ def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
     if judge_path or not isinstance(rec.get("path"), dict):
         rec["path"] = verdict(rec)
     with_shared_cpu_warning(rec)
+    explanation = explain(rec)
+    rec["explanation"] = explanation.to_json()
     return Result(
         schema_version=int(num), version=_str(rec, "version"), status=str(rec.get("status") or "ok"),
         backend=_str(rec, "backend"), op=_str(rec, "op"), pattern=pattern, size=_int(rec, "size"),
@@ -393,6 +413,7 @@ def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
         transport=transport, host=HostInfo.parse(_opt_obj(rec, "host")),
         peer_host=HostInfo.parse(_opt_obj(rec, "peer_host")), warnings=tuple(_strings(rec, "warnings")),
         settings_without_effect=tuple(settings_without_effect(rec)), path=PathVerdict.of(rec["path"]), raw=rec,
+        explanation=explanation,
     )
 
 

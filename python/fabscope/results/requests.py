@@ -181,12 +181,24 @@ def _from_settings(record: Mapping[str, Any]) -> tuple[Request | None, str | Non
 def resolve_request(record: Mapping[str, Any]) -> tuple[Request | None, str | None]:
     """The device(s) the user asked for, or (None, None) when nothing was asked, or (None, why).
 
-    ``config.device`` is the request.  Without it, ``config.bind`` is one:
+    Under librspreload the RDMA device recorded in ``transport.local.preload`` is the request (a
+    fallback to kernel TCP must not pass as verified on the netdev).  Otherwise ``config.device`` is
+    the request.  Without it, ``config.bind`` is one:
     binding to an address asks for the device that owns that address, which
     the engine reports as ``transport.local.address_owner`` (the owner of the bind address,
     NOT the device the kernel routed over) or as ``addresses`` of a net entry.
     Without either, a device named in the transport's settings (module docstring).
     """
+    preload = local_transport(record).get("preload")
+    if isinstance(preload, Mapping):
+        # Under librspreload (fabscope.rspreload) only the RDMA device counts: the netdev also
+        # carries the kernel TCP the preload silently falls back to.
+        dev = preload.get("device")
+        if isinstance(dev, str) and dev:
+            return Request((dev,), "preload"), None
+        owner = local_transport(record).get("address_owner") or "?"
+        return None, (f"the run was under librspreload, but the connection left through {owner}, which has no "
+                      "RDMA device: the preload fell back to kernel TCP")
     config = record.get("config")
     config = config if isinstance(config, Mapping) else {}
     device = config.get("device")

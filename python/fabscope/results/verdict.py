@@ -101,27 +101,36 @@ def expected_payload_bytes(record: Mapping[str, Any]) -> tuple[int | None, str |
     return size * (count + warmup) * directions, None
 
 
+#: The largest RDMA path MTU: a run whose payload went through RDMA sent at least
+#: expected_bytes / this many packets, whatever the message sizes.
+_MAX_RDMA_MTU = 4096
+
+
 def _request_members(
-    req: str, deltas: Mapping[str, DeviceDelta]
+    req: str, deltas: Mapping[str, DeviceDelta], expected: int | None = None
 ) -> tuple[set[str], str | None]:
     """Counter entries on one side that satisfy a request for ``req``.
 
     Returns the set and the kind of request ("rdma" or "net"), or an empty set
     and None when the side has no such device.
     """
-    if "/" in req:
-        return (
-            {req} if req in deltas and deltas[req].kind == "rdma" else set()
-        ), "rdma"
-    ports = {n for n, d in deltas.items() if d.kind == "rdma" and d.rdma_device == req}
+    if "/" in req:  # one port (UCX's rxe0:1): the same packet-only rule as a device's ports
+        ports = {req} if req in deltas and deltas[req].kind == "rdma" else set()
+        if not ports:
+            return set(), "rdma"
+    else:
+        ports = {n for n, d in deltas.items() if d.kind == "rdma" and d.rdma_device == req}
     if ports:
         # A port that counts packets but no bytes (rxe) proves by its packets that RDMA carried
         # the run; its bytes are then read on the netdev it sends through (ndevs), where rxe's
-        # RoCE frames appear. A port without even packets moving proves nothing, and keeps none.
+        # RoCE frames appear. A port without even packets moving proves nothing, and keeps none;
+        # nor does one whose packets are too few to have carried the payload (a connection
+        # handshake before a fallback to kernel TCP, whose bytes the netdev counts too).
+        least = max(1, int(THRESHOLD * expected) // _MAX_RDMA_MTU) if expected else 1
         packet_only = {
             nd
             for n in ports
-            if deltas[n].bytes is None and (deltas[n].tx_packets or 0) + (deltas[n].rx_packets or 0) > 0
+            if deltas[n].bytes is None and (deltas[n].tx_packets or 0) + (deltas[n].rx_packets or 0) >= least
             for nd in deltas[n].ndevs
             if nd in deltas
         }
@@ -130,6 +139,18 @@ def _request_members(
         behind = {n for n, d in deltas.items() if d.kind == "rdma" and req in d.ndevs}
         return {req} | behind, "net"
     return set(), None
+
+
+def _too_few_packets(members: Iterable[str], deltas: Mapping[str, DeviceDelta],
+                     expected: int) -> tuple[int, int] | None:
+    """(packets, packets needed) when the requested RDMA ports count packets but no bytes (rxe)
+    and too few packets to have carried ``expected`` bytes; else None."""
+    ports = [deltas[n] for n in members if deltas[n].kind == "rdma"]
+    if not ports or any(d.bytes is not None or d.tx_packets is None for d in ports):
+        return None
+    got = sum((d.tx_packets or 0) + (d.rx_packets or 0) for d in ports)
+    least = max(1, int(THRESHOLD * expected) // _MAX_RDMA_MTU)
+    return (got, least) if got < least else None
 
 
 def _links(names: Iterable[str], deltas: Mapping[str, DeviceDelta]) -> list[list[str]]:
@@ -262,7 +283,7 @@ def _judge_side(
     if request is not None:
         kinds: set[str] = set()
         for name in request.names:
-            found, kind = _request_members(name, deltas)
+            found, kind = _request_members(name, deltas, expected)
             members |= found
             if kind and found:
                 kinds.add(kind)
@@ -398,6 +419,18 @@ def _judge_side(
             f"{why}, so the kernel kept the traffic on lo and no NIC saw it "
             f"(lo counted {format_bytes(carriers[0][0])} on {host})",
             carriers[:_TOP_N],
+        )
+    few = _too_few_packets(members, deltas, expected)
+    if few and carriers and carriers[0][0] >= material:
+        # rxe counts packets, not bytes: too few of them to have carried the payload, while a
+        # netdev counted it, means the bytes took the kernel stack (e.g. librspreload's fallback).
+        return done(
+            "misrouted",
+            f"{request.name} counted {few[0]} packets on {host}, fewer than the {few[1]} the "
+            f"{format_bytes(expected)} expected need even at the largest RDMA MTU; "
+            + ", ".join(f"{n} counted {format_bytes(b)}" for b, n in carriers[:_TOP_N] if b >= material)
+            + " (kernel traffic, not RDMA)",
+            [(b, n) for b, n in carriers if b >= material][:_TOP_N],
         )
     bad = [p for n in sorted(members) for p in deltas[n].problems]
     if bad:

@@ -644,6 +644,14 @@ def main(argv: Sequence[str] | None = None, parse_only: bool = False) -> int:
     ``exec`` returns the command's own exit code. parse_only: check the arguments, do nothing.
     """
     args_in = list(sys.argv[1:] if argv is None else argv)
+    args = parser().parse_args(args_in)
+    if parse_only:
+        return 0
+    return _execute(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    """`fabscope testbed netns`'s arguments (also the source of its man page and shell completion)."""
     parser = _Parser(
         prog="fabscope testbed netns",
         description="N network namespaces (fs-a, fs-b, ...) on a fabric switch and a management switch.",
@@ -674,9 +682,10 @@ def main(argv: Sequence[str] | None = None, parse_only: bool = False) -> int:
     p_ex = sub.add_parser("exec", help="run a command on a host: exec fs-a -- CMD ...")
     p_ex.add_argument("ns", metavar="HOST", type=_host_arg)
     p_ex.add_argument("command", nargs=argparse.REMAINDER)
-    args = parser.parse_args(args_in)
-    if parse_only:
-        return 0
+    return parser
+
+
+def _execute(args: argparse.Namespace) -> int:
     try:
         if args.cmd == "up":
             mtu_hosts = {h: _int(v, "--mtu-host") for h, v in _host_value_pairs(args.mtu_host, "--mtu-host").items()}

@@ -708,6 +708,14 @@ def _netns_hosts_arg(value: str) -> str:
 def main(argv: Sequence[str] | None = None, parse_only: bool = False) -> int:
     """Exit codes: 0 ok; 1 a step failed (message on stderr); 2 usage; 3 status: not up.
     parse_only: check the arguments, do nothing."""
+    args = parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if parse_only:
+        return 0
+    return _execute(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    """`fabscope testbed slurm`'s arguments (also the source of its man page and shell completion)."""
     parser = argtypes.ArgumentParser(
         prog="fabscope testbed slurm",
         description="A private Slurm on this host (munged, slurmctld, slurmd) for srun tests: one node, or "
@@ -725,9 +733,10 @@ def main(argv: Sequence[str] | None = None, parse_only: bool = False) -> int:
     sub.add_parser("down", parents=[common], help="stop everything the cluster started (fine when not running)")
     p_st = sub.add_parser("status", parents=[common], help="show what runs; exit code 3 when not up")
     p_st.add_argument("--json", action="store_true")
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    if parse_only:
-        return 0
+    return parser
+
+
+def _execute(args: argparse.Namespace) -> int:
     try:
         if args.cmd == "up":
             netns_hosts = None

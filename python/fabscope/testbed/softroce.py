@@ -76,6 +76,17 @@ GUEST_PACKAGES: tuple[str, ...] = (
     # binary, so it needs their runtime libraries too.
     "libucx0",
     "libfabric1",
+    # The peers fabscope is compared with and the MPI runtimes it runs under (issue 27).
+    # Debian 12 has no fabtests package: libfabric-bin carries fi_pingpong (-e msg|rdm|dgram)
+    # and fi_info. MPI ranks reach the other guest over ssh (openssh-client, which Open MPI's
+    # mpirun depends on anyway) into dropbear (a small server, started by init.sh with a key
+    # made per testbed run).
+    "ucx-utils",
+    "libfabric-bin",
+    "openmpi-bin",
+    "mpich",
+    "openssh-client",
+    "dropbear-bin",
 )
 # Module trees no guest on a virtio machine ever loads. Dropping them halves the
 # image (faster mkfs, smaller cache); depmod runs again afterwards.
@@ -917,6 +928,19 @@ def _link_pair() -> tuple[socket.socket, socket.socket]:
     return a, b
 
 
+def _ssh_key_pair(rundir: Path) -> dict[str, Path]:
+    """A key pair for this two-guest run only: each guest's init.sh installs it for root and starts
+    dropbear, so a launcher in one guest (mpirun's rsh agent, hydra's ssh launcher) starts ranks in
+    the other. The private key never leaves the run directory and the guests' control shares."""
+    keygen = _need_tool("ssh-keygen", "make the per-run ssh key the guests' MPI launcher uses (package openssh-client)")
+    key = rundir / "ssh_key"
+    proc = subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-C", "fabscope-softroce", "-f", str(key)],
+                          capture_output=True, text=True, timeout=30, check=False, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise SoftRoceError(f"ssh-keygen could not make the guests' ssh key: {proc.stderr.strip()[-300:]}")
+    return {"ssh_key": key, "ssh_key.pub": key.with_name("ssh_key.pub")}
+
+
 def _write_control_dir(
     ctl: Path, *, nonce: str, role: str, addr: str, peer: str, hosts: str, cmd: Sequence[str],
     rdma: str, wait_go: bool, keep_alive: bool, go_timeout_s: float, siw_ko: Path | None,
@@ -1104,6 +1128,7 @@ def run(
             rc = _wait_client(guest, None, deadline, timeout_s, cmd)
         else:
             server_argv_cmd = list(server_cmd) if server_cmd else list(DEFAULT_SERVER_CMD)
+            extras = {**extras, **_ssh_key_pair(rundir)}
             hosts = f"127.0.0.1 localhost\n{SUBNET}.1 server\n{SUBNET}.2 client\n"
             server = _Guest("server", rundir / "server", nonce, err_stream, prefix="[server] ")
             client = _Guest("client", rundir / "client", nonce, out_stream)

@@ -102,6 +102,23 @@ for d in $(echo "$devs" | tr , ' '); do
 done
 say "stage:rdma:$devs"
 
+# Two guests: a launcher (mpirun's rsh agent, hydra's ssh launcher) starts ranks in the other
+# guest over ssh. The host made a key pair for this run only (ssh_key, ssh_key.pub); dropbear
+# serves it with a host key made here (ed25519: instant even under TCG). Root logs in by key only.
+if [ -r "$CTL/ssh_key" ]; then
+    mkdir -p /root/.ssh /etc/dropbear && chmod 700 /root/.ssh
+    cp "$CTL/ssh_key" /root/.ssh/id_ed25519 && chmod 600 /root/.ssh/id_ed25519
+    cp "$CTL/ssh_key.pub" /root/.ssh/authorized_keys && chmod 600 /root/.ssh/authorized_keys
+    # The peer's host key is new every boot and the link is private to the two qemu processes.
+    printf '%s\n' "Host *" "  StrictHostKeyChecking no" "  UserKnownHostsFile /dev/null" \
+        "  LogLevel ERROR" "  BatchMode yes" "  ConnectTimeout 30" > /root/.ssh/config
+    dropbearkey -t ed25519 -f /etc/dropbear/dropbear_ed25519_host_key >/dev/null 2>&1 \
+        || fail "dropbearkey could not make the ssh host key"
+    dropbear -s -r /etc/dropbear/dropbear_ed25519_host_key -p 22 \
+        || fail "dropbear (the ssh server for the launcher) did not start"
+    say "stage:ssh"
+fi
+
 # fabscope on PATH, running the host's code from the read-only share.
 cat > /usr/local/bin/fabscope <<'EOF'
 #!/bin/sh
@@ -124,6 +141,16 @@ export FABSCOPE_ENGINE="/fabscope/$FS_ENGINE"
 export FABSCOPE_TESTBED=softroce FABSCOPE_ROLE="$FS_ROLE" FABSCOPE_PEER="$FS_PEER_ADDR"
 export FABSCOPE_RDMA_DEV="$dev" FABSCOPE_RDMA_DEVS="$devs" FABSCOPE_OUT=/out
 export PYTHONDONTWRITEBYTECODE=1
+# What the middleware needs on rxe here (found with the peer tools; testbed/softroce/README.md,
+# "UCX, libfabric and MPI over rxe between the two guests"):
+# - UCX 1.13's UD drops every datagram rxe delivers through an IPv4-mapped RoCE v2 GID (both ends
+#   keep resending their connection request until "UD endpoint ... unhandled timeout error"); through
+#   the link-local IPv6 GID (index 0) it works. rc_verbs needs UD for its wire-up, so both use GID 0.
+# - libfabric 1.17's ofi_rxm sizes each verbs CQ as (tx + rx size) x FI_UNIVERSE_SIZE (default 256):
+#   more than rxe's max_cqe (32767), so fi_enable fails with -22 (fi_pingpong too). Two peers need 32.
+# A command that sets its own (env UCX_IB_GID_INDEX=1 ...) overrides them; fabscope's mpirun
+# forwards UCX_* and FI_* to the ranks in the other guest (an ssh session there does not have them).
+export UCX_IB_GID_INDEX="${UCX_IB_GID_INDEX:-0}" FI_UNIVERSE_SIZE="${FI_UNIVERSE_SIZE:-32}"
 
 say "ready:$(cut -d' ' -f1 /proc/uptime)"
 

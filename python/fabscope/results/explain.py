@@ -1,0 +1,334 @@
+"""Why the number is what it is: the one decision over the facts a record carries (issue 20).
+
+The engine gathers facts around the measured phase (the transport's own report: TCP MSS, path MTU,
+netdev MTU and the segments retransmitted during the phase, TCP_INFO; the counter snapshot before
+and after; the host section). This module decides, once, from a parsed record, and
+``parse_record`` attaches the result (``rec["explanation"]``, ``Result.explanation``) the way it
+attaches the path verdict; every output renders that object and nobody re-derives a cause.
+
+Each cause is ``seen`` (with the facts that show it, what it plausibly cost, and the fix),
+``clear`` (checked: not there), or ``unchecked`` (and why not). Never silence: a cause this
+module cannot check on a record still appears, saying why. A cause that fires on a clean run is a
+bug (tests/integration/test_explain_runs.py plants each and proves silence).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["CAUSES", "STATES", "Cause", "Explanation", "explain"]
+
+STATES = ("seen", "clear", "unchecked")
+CAUSES = ("segmentation", "retransmission", "mtu", "placement", "cpu")
+
+# A message "ends in a tiny packet" when its last segment carries less than this share of an MSS
+# and the extra packet is at least this share of the packets per message. 64 KiB over MSS 1448:
+# 46 packets where 45.3 would do (1.6 %): clear; 64 KiB over MSS 65,483: 2 where 1.001 would do.
+TAIL_SHARE = 1 / 8
+EXTRA_PACKET_SHARE = 0.10
+# Retransmitted share of the payload's segments (less those the receiver reported as duplicates,
+# DSACK: spurious, from an ACK that came late on a busy host) from which loss is named. A stray
+# segment does not bend a number; at 0.5 % TCP's throughput has sagged (Mathis: ~1/sqrt(p)).
+RETRANS_SHARE = 0.005
+# Headers on top of a TCP segment's payload that the path MTU also carries: IPv4 + TCP + the
+# timestamp option (Linux's default), and the slack for IPv6 and other options.
+TCP_OVERHEAD = 20 + 20 + 12
+MTU_SLACK = 64
+# Known RDMA counters of loss and retransmission (rxe hw_counters, mlx5), where a snapshot has them.
+RDMA_LOSS_COUNTERS = (
+    "rcvd_seq_err", "out_of_seq_request", "duplicate_request", "retry_exceeded_err",
+    "completer_retry_err", "out_of_sequence", "packet_seq_err", "local_ack_timeout_err",
+    "implied_nak_seq_err", "rnr_nak_retry_err",
+)
+NETDEV_LOSS_COUNTERS = ("rx_dropped", "tx_dropped", "rx_errors", "tx_errors", "rx_missed_errors",
+                        "rx_crc_errors")
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One cause, checked: ``state`` is seen, clear or unchecked; ``evidence`` says what shows it
+    (or why it could not be checked); ``cost`` and ``fix`` are set when it is seen."""
+
+    cause: str
+    state: str
+    evidence: str
+    cost: str | None = None
+    fix: str | None = None
+
+    @property
+    def seen(self) -> bool:
+        return self.state == "seen"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cause": self.cause, "state": self.state, "seen": self.seen, "evidence": self.evidence,
+                "cost": self.cost, "fix": self.fix}
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What the number should have been (where known) and every cause, checked."""
+
+    expected_gbps: float | None
+    expected_basis: str
+    achieved_fraction: float | None
+    causes: tuple[Cause, ...]
+
+    @property
+    def seen(self) -> tuple[Cause, ...]:
+        return tuple(c for c in self.causes if c.seen)
+
+    @property
+    def clear(self) -> tuple[Cause, ...]:
+        return tuple(c for c in self.causes if c.state == "clear")
+
+    @property
+    def unchecked(self) -> tuple[Cause, ...]:
+        return tuple(c for c in self.causes if c.state == "unchecked")
+
+    def summary(self) -> str:
+        """One phrase for a table cell: the causes seen, or how many checks were clear."""
+        if self.seen:
+            return ", ".join(c.cause for c in self.seen)
+        return f"{len(self.clear)} checks clear" + (f", {len(self.unchecked)} unchecked" if self.unchecked else "")
+
+    def why_lines(self) -> list[str]:
+        """The text lines (without "# why: ") for this record: one per seen cause, else a count."""
+        if not self.seen:
+            return [self.summary()]
+        return [f"{c.cause}: {c.evidence}" + (f"; cost: {c.cost}" if c.cost else "") + (f"; fix: {c.fix}" if c.fix else "")
+                for c in self.seen]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": 1, "expected_gbps": self.expected_gbps, "expected_basis": self.expected_basis,
+                "achieved_fraction": self.achieved_fraction, "causes": [c.to_json() for c in self.causes]}
+
+
+# --------------------------------------------------------------------------
+# facts, read defensively (a record may be from an older engine, or from another backend)
+# --------------------------------------------------------------------------
+
+
+def _m(obj: Any, key: str) -> Mapping[str, Any]:
+    v = obj.get(key) if isinstance(obj, Mapping) else None
+    return v if isinstance(v, Mapping) else {}
+
+
+def _n(obj: Mapping[str, Any], key: str) -> int | None:
+    v = obj.get(key)
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _sides(rec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    tr = _m(rec, "transport")
+    return [(name, _m(tr, name)) for name in ("local", "peer") if _m(tr, name)]
+
+
+def _senders(rec: Mapping[str, Any]) -> list[str]:
+    """The sides that send the payload: the client (local) in bw; both in bibw and lat."""
+    return ["local"] if rec.get("pattern") == "bw" else ["local", "peer"]
+
+
+def _tcp_kernel(local: Mapping[str, Any]) -> bool:
+    """Kernel TCP carried the payload (not a preload library: its sockets are not the kernel's)."""
+    return local.get("kind") == "tcp" and not isinstance(local.get("preload"), Mapping)
+
+
+def _fmt(n: int) -> str:
+    return f"{n:,}"
+
+
+# --------------------------------------------------------------------------
+# the causes
+# --------------------------------------------------------------------------
+
+
+def _verbs_mtu(local: Mapping[str, Any]) -> tuple[int | None, int | None, str]:
+    """(active, used, selection) of the verbs path MTU: the smallest over a --device list's devices."""
+    parts = [_m(d, "mtu") for d in local.get("devices") or [] if isinstance(d, Mapping)] or [_m(local, "mtu")]
+    pairs = [(_n(m, "active"), _n(m, "used"), str(m.get("selection") or "")) for m in parts]
+    known = [(a, u, s) for a, u, s in pairs if a and u]
+    return min(known, key=lambda p: p[1] or 0) if known else (None, None, "")
+
+
+def _segmentation(rec: Mapping[str, Any]) -> Cause:
+    local = _m(_m(rec, "transport"), "local")
+    size = _n(rec, "size") or 0
+    if _tcp_kernel(local):
+        unit, what = _n(local, "mss"), "MSS"
+    elif local.get("kind") == "verbs":
+        unit, what = _verbs_mtu(local)[1], "path MTU"
+    else:
+        return Cause("segmentation", "unchecked",
+                     f"the {local.get('kind') or '?'} transport does not report its segment size (MSS or path MTU)")
+    if not unit:
+        return Cause("segmentation", "unchecked", f"the record carries no {what} (an engine from before 0.2)")
+    if size <= 0:
+        return Cause("segmentation", "unchecked", "the record carries no message size")
+    packets = -(-size // unit)
+    tail = size - (packets - 1) * unit
+    extra = (packets - size / unit) / packets
+    fact = f"{_fmt(size)} B per message over {what} {_fmt(unit)} B: {packets} packet{'s' if packets > 1 else ''}"
+    if packets >= 2 and tail < unit * TAIL_SHARE and extra >= EXTRA_PACKET_SHARE:
+        lower, upper = (packets - 1) * unit, packets * unit
+        return Cause(
+            "segmentation", "seen", f"{fact} per message, the last one {_fmt(tail)} B",
+            cost=f"{packets} packets per message where {size / unit:.3f} would carry it: ~{extra:.0%} of the "
+                 "packets (and their per-packet work) carry almost nothing",
+            fix=f"use a message size of at most {_fmt(lower)} B or about {_fmt(upper)} B (a multiple of the {what}); "
+                "a size sweep's dip here is this tail, not the link")
+    return Cause("segmentation", "clear", fact + (f" per message, the last one {_fmt(tail)} B" if packets > 1 else ""))
+
+
+def _delta(dev: Mapping[str, Any], key: str) -> int | None:
+    a, b = _n(_m(dev, "after"), key), _n(_m(dev, "before"), key)
+    return a - b if a is not None and b is not None else None
+
+
+def _carriers(rec: Mapping[str, Any], side: str) -> list[str]:
+    sides = _m(_m(rec, "path"), "sides")
+    out = [c.get("device") for c in _m(sides, side).get("carriers") or [] if isinstance(c, Mapping)]
+    return [d for d in out if isinstance(d, str)]
+
+
+def _counter_loss(rec: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(evidence of loss counters that moved, names of the counters that were read) over the
+    carrying netdevs and every RDMA port of both sides."""
+    moved: list[str] = []
+    read: list[str] = []
+    counters = _m(rec, "counters")
+    for side in ("local", "peer"):
+        snap = _m(counters, side)
+        host = snap.get("host") or side
+        for name, dev in _m(snap, "rdma").items():
+            for key in RDMA_LOSS_COUNTERS:
+                d = _delta(dev, key) if isinstance(dev, Mapping) else None
+                if d is not None:
+                    read.append(f"{name}:{key}")
+                    if d > 0:
+                        moved.append(f"{key} +{_fmt(d)} on {name} ({host})")
+        net = _m(snap, "net")
+        for name in _carriers(rec, side):
+            dev = _m(net, name)
+            for key in NETDEV_LOSS_COUNTERS:
+                d = _delta(dev, key)
+                if d is not None:
+                    read.append(f"{name}:{key}")
+                    if d > 0:
+                        moved.append(f"{key} +{_fmt(d)} on {name} ({host})")
+    return moved, read
+
+
+def _retransmission(rec: Mapping[str, Any]) -> Cause:
+    local = _m(_m(rec, "transport"), "local")
+    moved, read = _counter_loss(rec)
+    fix_loss = ("find the drop: a queue too small for the burst, a congested or faulty port (ethtool -S, "
+                "tc -s qdisc on the path); for RoCE enable PFC/ECN on the fabric")
+    if moved:
+        return Cause("retransmission", "seen", "during the run: " + ", ".join(moved),
+                     cost="every lost packet is resent after a timeout or NAK; bandwidth sags and latency grows a tail",
+                     fix=fix_loss)
+    if not _tcp_kernel(local):
+        if any(r.rpartition(":")[2] in RDMA_LOSS_COUNTERS for r in read):
+            return Cause("retransmission", "clear", f"no loss counter moved ({len(read)} read)")
+        kind = local.get("kind") or "?"
+        return Cause("retransmission", "unchecked",
+                     f"the {kind} transport does not report retransmissions, and the counter snapshot holds no "
+                     "loss or sequence-error counter of its devices")
+    size = _n(rec, "size") or 0
+    iters = _n(rec, "iterations") or 0
+    tr = _m(rec, "transport")
+    parts, unchecked, total, segments = [], [], 0, 0
+    for side in _senders(rec):
+        info = _m(tr, side)
+        n, mss = _n(info, "phase_retransmitted_segments"), _n(info, "mss")
+        if n is None:
+            unchecked.append(side)
+            continue
+        spurious = min(n, _n(info, "phase_spurious_retransmissions") or 0)
+        total += n - spurious
+        if mss:
+            segments += -(-size // mss) * iters
+        parts.append(f"{'the client' if side == 'local' else 'the server'} retransmitted {_fmt(n)} segment"
+                     f"{'' if n == 1 else 's'}" + (f" ({_fmt(spurious)} reported back as duplicates: late ACKs, "
+                                                    "not loss)" if spurious else ""))
+    if not parts:
+        return Cause("retransmission", "unchecked",
+                     "the record carries no TCP_INFO retransmission count (an engine from before 0.2)")
+    share = total / segments if segments else None
+    fact = ", ".join(parts) + " during the measured phase (TCP_INFO)"
+    if unchecked:
+        fact += f"; {' and '.join(unchecked)} side not reported"
+    if total and (share is None or share >= RETRANS_SHARE):
+        share_text = f" (~{share:.1%} of the ~{_fmt(segments)} payload segments)" if share is not None else ""
+        return Cause("retransmission", "seen", fact + share_text,
+                     cost="each retransmission halves TCP's congestion window and waits for duplicate ACKs or a "
+                          "timeout: the stream stalls and restarts",
+                     fix=fix_loss)
+    return Cause("retransmission", "clear", fact)
+
+
+def _mtu(rec: Mapping[str, Any]) -> Cause:
+    local = _m(_m(rec, "transport"), "local")
+    if local.get("kind") == "verbs":
+        active, used, selection = _verbs_mtu(local)
+        if active and used and used < active:
+            return Cause("mtu", "seen", f"the QPs use path MTU {_fmt(used)} B where the port's active MTU is "
+                                        f"{_fmt(active)} B ({selection or 'as selected'})",
+                         cost=f"{active / used:.0f}x the packets (and headers) per byte",
+                         fix="use --mtu auto, or raise the smaller side's netdev MTU (RoCE: ip link set DEV mtu 4200)")
+        if active and used:
+            return Cause("mtu", "clear", f"path MTU {_fmt(used)} B = the port's active MTU (the port's maximum is "
+                                         "not in the record, so an active MTU below it is unchecked)")
+        return Cause("mtu", "unchecked", "the verbs record carries no active/used MTU")
+    if not _tcp_kernel(local):
+        return Cause("mtu", "unchecked", f"the {local.get('kind') or '?'} transport does not report its path MTU")
+    path, netdev = _n(local, "path_mtu"), _n(local, "netdev_mtu")
+    dev = local.get("address_owner") or "the netdev"
+    if path is None or netdev is None:
+        return Cause("mtu", "unchecked", "the record carries no path/netdev MTU (an engine from before 0.2)")
+    # IPv4 caps a packet at 65,535 B: loopback's 65,536 B MTU is used to the full at 65,535.
+    usable = min(netdev, 65535)
+    if path + MTU_SLACK < usable:
+        return Cause("mtu", "seen", f"path MTU {_fmt(path)} B below the {_fmt(netdev)} B MTU of {dev} (a router or "
+                                    "the peer's netdev lowers it)",
+                     cost=f"~{usable / path:.1f}x the packets per byte",
+                     fix="raise the MTU along the path (the peer's netdev and every hop) to match")
+    return Cause("mtu", "clear", f"path MTU {_fmt(path)} B, {dev} MTU {_fmt(netdev)} B")
+
+
+def _placement(rec: Mapping[str, Any]) -> Cause:
+    local = _m(_m(rec, "transport"), "local")
+    dev = local.get("address_owner") or local.get("netdev") or local.get("device")
+    if dev in ("lo",) or (isinstance(dev, str) and dev.startswith(("veth", "br", "ifb", "tap"))):
+        return Cause("placement", "unchecked", f"{dev} is a virtual device: it has no NUMA node")
+    return Cause("placement", "unchecked",
+                 "the record carries no NUMA node of the engines' CPUs or of the device (the engine does not "
+                 "report them yet)")
+
+
+def _cpu(rec: Mapping[str, Any]) -> Cause:
+    return Cause("cpu", "unchecked", "the record carries no engine CPU time over the measured phase (the engine "
+                                     "does not report it yet)")
+
+
+def _expected(rec: Mapping[str, Any]) -> tuple[float | None, str, float | None]:
+    local = _m(_m(rec, "transport"), "local")
+    rate = _n(local, "rate_gbps") if isinstance(local.get("rate_gbps"), (int, float)) else None
+    if rec.get("pattern") == "lat":
+        return None, "latency has no universal ceiling (a reference from history is not implemented yet)", None
+    if not rate:
+        dev = local.get("address_owner") or local.get("device") or local.get("kind") or "?"
+        return None, f"the record carries no link rate for {dev} (virtual devices have none)", None
+    got = rec.get("bandwidth_gbps")
+    frac = round(float(got) / rate, 4) if isinstance(got, (int, float)) and rate else None
+    return float(rate), f"link rate {rate} Gb/s (PCIe and wire efficiency not applied yet)", frac
+
+
+def explain(rec: Mapping[str, Any]) -> Explanation:
+    """The explanation of one ``fabscope.result`` record (with its ``path`` already attached)."""
+    expected, basis, frac = _expected(rec)
+    causes = (_segmentation(rec), _retransmission(rec), _mtu(rec), _placement(rec), _cpu(rec))
+    return Explanation(expected_gbps=expected, expected_basis=basis, achieved_fraction=frac, causes=causes)

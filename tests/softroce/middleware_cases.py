@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Guest-side cases of UCX and libfabric over rxe between two Soft-RoCE guests (issue 27).
+
+Runs in the CLIENT guest of ONE two-guest boot (the server guest runs the testbed's default
+`fabscope serve`), usage: python3 middleware_cases.py OUTDIR. First the peer tools, their server
+half started in the server guest over the testbed's ssh (the launcher's way in); then fabscope
+against the serve. Each case appends one JSON line to OUTDIR/cases.jsonl: argv, exit status,
+stdout's JSON records, stderr's tail. Nothing here decides pass/fail: the host-side test
+(test_middleware_two_guests.py) asserts on these lines after the guests powered off.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else "/out"
+RUN = ["fabscope", "run", "--format", "json", "--no-store", "--sizes", "8,64K", "--iters", "100", "--warmup", "10"]
+PEER = ["--peer", "peer"]
+
+# name, fabscope arguments after RUN, extra environment for the client. What works is in the suite
+# run below (SUITE); these are what the suite does not show.
+FABSCOPE: list[tuple[str, list[str], dict[str, str]]] = [
+    ("ucx_rc_alone", [*PEER, "--backend", "ucx", "--op", "tag", "--ucx-tls", "rc_verbs", "--device", "rxe0:1",
+                      "--timeout", "20"], {}),
+    ("ofi_msg", [*PEER, "--backend", "ofi", "--provider", "verbs", "--ofi-ep", "msg", "--device", "rxe0",
+                 "--timeout", "60"], {}),
+    # Last: this client fails before it connects, so serve's engine waits out its deadline.
+    ("ofi_rxm_universe_256", [*PEER, "--backend", "ofi", "--provider", "verbs;ofi_rxm", "--device", "rxe0",
+                              "--timeout", "20"], {"FI_UNIVERSE_SIZE": "256"}),
+]
+# The two-host suite on rxe0: verbs, UCX (rc_verbs with ud_verbs:aux, ud_verbs), libfabric (verbs, RDM
+# through ofi_rxm) against the serve, and the MPI rows across the guests (Open MPI's default, which the
+# field report is about, Open MPI pml ucx, MPICH ch4:ucx), each asked for rxe0 (UCX: rxe0:1).
+SUITE = ["fabscope", "suite", "--peer", "peer", "--hosts", "client,server", "--quick", "--no-store",
+         "--timeout", "60", "--device", "rxe0", "--backends", "verbs,ucx,ofi,mpi"]
+
+# name, server command (in the server guest, over ssh), client command
+PEERS: list[tuple[str, str, list[str]]] = [
+    ("ucx_perftest_rc_ud", "UCX_TLS=rc_verbs,ud_verbs UCX_NET_DEVICES=rxe0:1 ucx_perftest -p 13337",
+     ["env", "UCX_TLS=rc_verbs,ud_verbs", "UCX_NET_DEVICES=rxe0:1", "ucx_perftest", "-p", "13337", "server",
+      "-t", "tag_lat", "-n", "200", "-s", "8"]),
+    ("fi_pingpong_rxm", 'fi_pingpong -p "verbs;ofi_rxm" -e rdm -I 100 -S 8',
+     ["fi_pingpong", "-p", "verbs;ofi_rxm", "-e", "rdm", "-I", "100", "-S", "8", "server"]),
+]
+
+
+def record(out, rec: dict) -> None:
+    out.write(json.dumps(rec) + "\n")
+    out.flush()
+    print(f"[middleware] {rec['case']}: rc={rec['rc']} {rec['elapsed_s']} s", flush=True)
+
+
+def peer_case(out, name: str, server: str, client: list[str]) -> None:
+    t0 = time.monotonic()
+    # The testbed's own environment (UCX_IB_GID_INDEX, FI_UNIVERSE_SIZE) does not cross ssh: the
+    # server half gets this guest's values, as mpirun's -x does for the ranks.
+    fwd = " ".join(f"{k}={os.environ[k]}" for k in ("UCX_IB_GID_INDEX", "FI_UNIVERSE_SIZE") if k in os.environ)
+    srv = subprocess.Popen(["ssh", "server", f"{fwd} timeout 120 sh -c '{server}'"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # The server half needs a head start under TCG (ssh, then the library's start-up): a client
+    # refused because it is not listening yet tries again, for at most 60 s.
+    give_up = time.monotonic() + 60
+    while True:
+        time.sleep(4)
+        try:
+            c = subprocess.run(client, capture_output=True, text=True, timeout=120)
+            rc, text = c.returncode, c.stdout + c.stderr
+        except subprocess.TimeoutExpired:
+            rc, text = None, "client timed out after 120 s"
+        refused = rc != 0 and ("Connection refused" in text or "connect() failed" in text)
+        if not refused or time.monotonic() > give_up or srv.poll() is not None:
+            break
+    try:
+        srv_out, _ = srv.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+        srv_out, _ = srv.communicate()
+    record(out, {"case": name, "kind": "peer", "argv": client, "rc": rc, "server_rc": srv.returncode,
+                 "output": text[-3000:], "server_output": srv_out[-2000:],
+                 "elapsed_s": round(time.monotonic() - t0, 1)})
+
+
+def fabscope_case(out, name: str, args: list[str], env: dict[str, str]) -> None:
+    t0 = time.monotonic()
+    argv = RUN + args
+    try:
+        c = subprocess.run(argv, capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+        rc, so, se = c.returncode, c.stdout, c.stderr
+    except subprocess.TimeoutExpired:
+        rc, so, se = None, "", "client timed out after 300 s"
+    recs = []
+    for line in so.splitlines():
+        if line.startswith("{"):
+            try:
+                recs.append(json.loads(line))
+            except ValueError:
+                pass
+    record(out, {"case": name, "kind": "fabscope", "argv": argv, "env": env, "rc": rc, "records": recs,
+                 "stderr": se[-3000:], "elapsed_s": round(time.monotonic() - t0, 1)})
+
+
+def suite_case(out) -> None:
+    """The suite writes its own report (suite.json, hosts.jsonl) into OUT/suite; MPI ranks of its
+    rows start in the server guest over the testbed's ssh."""
+    t0 = time.monotonic()
+    argv = [*SUITE, "--out", os.path.join(OUT, "suite")]
+    try:
+        c = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+        rc, so, se = c.returncode, c.stdout, c.stderr
+    except subprocess.TimeoutExpired:
+        rc, so, se = None, "", "suite timed out after 900 s"
+    record(out, {"case": "suite", "kind": "suite", "argv": argv, "rc": rc, "stdout": so[-6000:],
+                 "stderr": se[-3000:], "elapsed_s": round(time.monotonic() - t0, 1)})
+
+
+def main() -> int:
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "cases.jsonl"), "a") as out:
+        for name, server, client in PEERS:
+            peer_case(out, name, server, client)
+        suite_case(out)
+        for name, args, env in FABSCOPE:
+            fabscope_case(out, name, args, env)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
