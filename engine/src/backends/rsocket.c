@@ -24,7 +24,7 @@
 
 #include "../core/backend.h"
 #include "../core/datapath.h"
-#include "../core/pollwait.h"
+#include "stream_io.h"
 
 struct rs_opts {
     uint64_t sqsize;
@@ -58,19 +58,16 @@ static const struct fs_option rs_options[] = {
 #undef S
 
 struct rs {
+    /* The rsockets, the waits (rpoll) and the data path; first: the shared hooks (FS_STREAM_BACKEND_OPS)
+     * take a struct rs * as a struct fs_stream *. */
+    struct fs_stream s;
     struct rs_opts o;
-    int is_server;
     char device[64];  /* --device: an RDMA device */
     char netdev[IF_NAMESIZE + 1]; /* the netdev its port sends through */
     char bind_addr[128];
     char listen_addr[128];
-    int listen_fd, fd;
-    struct fs_pollwait pw; /* every rpoll with a deadline goes through it: see rwait */
-    uint8_t *txbuf, *rxbuf;
-    uint64_t size;
-    uint64_t tx_pending, tx_off, tx_completed;
-    uint64_t rx_partial;
 };
+_Static_assert(offsetof(struct rs, s) == 0, "struct rs starts with its struct fs_stream");
 
 /* "rxe0 (netdev eth0), mlx5_0 (netdev ens1f0)" from sysfs; returns how many there are. */
 static int rdma_devices(char *buf, size_t len)
@@ -95,22 +92,12 @@ static int rdma_devices(char *buf, size_t len)
     return n;
 }
 
-static void netdevs(char *buf, size_t len)
-{
-    struct if_nameindex *ifs = if_nameindex();
-    size_t used = 0;
-    buf[0] = '\0';
-    for (struct if_nameindex *i = ifs; i && i->if_index && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", i->if_name);
-    if_freenameindex(ifs);
-}
-
 static int rs_check(const struct fs_spec *spec, const void *opts, struct fs_err *err)
 {
     (void)opts;
     char have[1024], nets[1024];
     if (rdma_devices(have, sizeof have) == 0) {
-        netdevs(nets, sizeof nets);
+        fs_stream_netdevs(nets, sizeof nets);
         return fs_fail(err, FS_EXIT_USAGE,
                        "--backend rsocket needs an RDMA device and this host has none "
                        "(/sys/class/infiniband %s); its network devices are: %s. rsocket never "
@@ -142,10 +129,28 @@ static int rs_check(const struct fs_spec *spec, const void *opts, struct fs_err 
     return 0;
 }
 
-static int fail_errno(struct fs_err *err, int code, const char *what)
+static int rs_name(int fd, int local, struct sockaddr *sa, socklen_t *len)
 {
-    return fs_fail(err, code, "rsocket: %s: %s", what, strerror(errno));
+    return local ? rgetsockname(fd, sa, len) : rgetpeername(fd, sa, len);
 }
+
+/* rpoll() only through fs_stream_wait, never rpoll(fd, ms): librdmacm before v63 (Debian 12 has
+ * v44) leaks its poll count when rpoll returns on its timeout, and every later rpoll then spins
+ * until the rsocket is ready, whatever its timeout. A bandwidth receiver that had all its
+ * messages and waited for the peer's count never came back (block mode hung after the warmup).
+ * Upstream fix: rdma-core a1747742e. fs_pollwait puts a timerfd in the set and waits without a
+ * timeout, which rpoll ends on the path that keeps its count right. */
+static const struct fs_stream_calls rs_calls = {
+    .backend = "rsocket",
+    .conn = "connection",
+    .fn = "r",
+    .send_flags = 0,
+    .send = rsend,
+    .recv = rrecv,
+    .poll = rpoll,
+    .close = rclose,
+    .name = rs_name,
+};
 
 /* SOL_RDMA and buffer settings: rsocket takes them only before rconnect/rlisten. */
 static int presocket(struct rs *r, int fd, struct fs_err *err)
@@ -174,11 +179,11 @@ static int presocket(struct rs *r, int fd, struct fs_err *err)
     return 0;
 }
 
-static int nonblock(int fd, struct fs_err *err)
+static int nonblock(struct rs *r, int fd, struct fs_err *err)
 {
     int fl = rfcntl(fd, F_GETFL);
     if (fl < 0 || rfcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-        return fail_errno(err, FS_EXIT_MEASURE, "rfcntl O_NONBLOCK");
+        return fs_stream_fail_errno(&r->s, err, FS_EXIT_MEASURE, "rfcntl O_NONBLOCK");
     return 0;
 }
 
@@ -194,18 +199,15 @@ static int local_address_of(const char *netdev, char *out, size_t len)
 
 static int rs_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
 {
-    struct rs *r = calloc(1, sizeof *r);
+    struct rs *r = fs_stream_new(sizeof *r, &rs_calls, ctx, out, err);
     if (!r)
-        return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
-    *out = r;
+        return -1;
     r->o = *(const struct rs_opts *)ctx->opts;
-    r->is_server = ctx->is_server;
-    r->listen_fd = r->fd = -1;
-    r->pw.tfd = -1;
     if (rs_check(ctx->spec, ctx->opts, err))
         return -1;
-    if (fs_pollwait_open(&r->pw))
-        return fail_errno(err, FS_EXIT_MEASURE, "timerfd_create (the deadline of every wait)");
+    if (fs_pollwait_open(&r->s.pw))
+        return fs_stream_fail_errno(&r->s, err, FS_EXIT_MEASURE,
+                                    "timerfd_create (the deadline of every wait)");
     snprintf(r->device, sizeof r->device, "%s", ctx->spec->device);
     snprintf(r->bind_addr, sizeof r->bind_addr, "%s", ctx->spec->bind);
     if (r->device[0] && fs_datapath_rdma_netdev("/sys", r->device, r->netdev, sizeof r->netdev))
@@ -218,111 +220,67 @@ static int rs_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
                        "--device %s: its netdev %s has no IP address, and rsocket connects by "
                        "address: give %s one (`ip addr add ... dev %s`)",
                        r->device, r->netdev, r->netdev, r->netdev);
-    size_t bufsize = ctx->max_size > 65536 ? ctx->max_size : 65536;
-    r->txbuf = malloc(bufsize);
-    r->rxbuf = malloc(bufsize);
-    if (!r->txbuf || !r->rxbuf)
-        return fs_fail(err, FS_EXIT_MEASURE, "rsocket: cannot allocate %zu-byte buffers", bufsize);
-    memset(r->txbuf, 0xa5, bufsize);
-    if (!r->is_server)
+    if (fs_stream_buffers(&r->s, ctx->max_size, err))
+        return -1;
+    if (!r->s.is_server)
         return 0;
-    snprintf(r->listen_addr, sizeof r->listen_addr, "%s",
-             r->bind_addr[0]          ? r->bind_addr
-             : ctx->data_local_addr ? ctx->data_local_addr
-                                    : ctx->ctl_local_addr);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
     struct addrinfo *res = NULL;
-    int gai = getaddrinfo(r->listen_addr, "0", &hints, &res);
-    if (gai)
-        return fs_fail(err, FS_EXIT_USAGE, "rsocket: cannot listen on '%s': %s", r->listen_addr,
-                       gai_strerror(gai));
-    r->listen_fd = rsocket(res->ai_family, SOCK_STREAM, 0);
+    if (fs_stream_listen_info(&r->s, ctx, r->bind_addr, r->listen_addr, sizeof r->listen_addr,
+                              &res, err))
+        return -1;
+    r->s.listen_fd = rsocket(res->ai_family, SOCK_STREAM, 0);
     int rc = 0;
-    if (r->listen_fd < 0)
+    if (r->s.listen_fd < 0)
         rc = fs_fail(err, FS_EXIT_USAGE, "rsocket() failed: %s (librdmacm found no usable RDMA device)",
                      strerror(errno));
     if (rc == 0)
-        rc = presocket(r, r->listen_fd, err);
-    if (rc == 0 && rbind(r->listen_fd, res->ai_addr, res->ai_addrlen))
+        rc = presocket(r, r->s.listen_fd, err);
+    if (rc == 0 && rbind(r->s.listen_fd, res->ai_addr, res->ai_addrlen))
         rc = fs_fail(err, FS_EXIT_USAGE,
                      "rsocket: cannot listen on %s: %s (rsocket binds through rdma_cm: the address "
                      "must belong to a netdev with an RDMA device)",
                      r->listen_addr, strerror(errno));
-    if (rc == 0 && rlisten(r->listen_fd, 1))
-        rc = fail_errno(err, FS_EXIT_MEASURE, "rlisten");
+    if (rc == 0 && rlisten(r->s.listen_fd, 1))
+        rc = fs_stream_fail_errno(&r->s, err, FS_EXIT_MEASURE, "rlisten");
     if (rc == 0)
-        rc = nonblock(r->listen_fd, err);
+        rc = nonblock(r, r->s.listen_fd, err);
     freeaddrinfo(res);
     return rc;
-}
-
-static int rs_local_address(void *be, cJSON *obj, struct fs_err *err)
-{
-    struct rs *r = be;
-    int fd = r->is_server ? r->listen_fd : r->fd;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    char h[INET6_ADDRSTRLEN], p[16];
-    if (fd >= 0 && (rgetsockname(fd, (struct sockaddr *)&ss, &sl) ||
-                    getnameinfo((struct sockaddr *)&ss, sl, h, sizeof h, p, sizeof p,
-                                NI_NUMERICHOST | NI_NUMERICSERV)))
-        return fail_errno(err, FS_EXIT_MEASURE, "rgetsockname");
-    if (fd < 0)
-        return 0; /* the client says nothing before it connects */
-    cJSON_AddStringToObject(obj, "addr", h);
-    cJSON_AddNumberToObject(obj, "port", atoi(p));
-    return 0;
-}
-
-/* rpoll() with a deadline. Never rpoll(fd, ms): librdmacm before v63 (Debian 12 has v44) leaks
- * its poll count when rpoll returns on its timeout, and every later rpoll then spins until the
- * rsocket is ready, whatever its timeout. A bandwidth receiver that had all its messages and
- * waited for the peer's count never came back (block mode hung after the warmup). Upstream fix:
- * rdma-core a1747742e. fs_pollwait puts a timerfd in the set and waits without a timeout, which
- * rpoll ends on the path that keeps its count right. Returns the rsocket's revents, 0 at the
- * deadline, -1 on an error. */
-static int rwait(struct rs *r, int fd, short events, int ms)
-{
-    return fs_pollwait(&r->pw, rpoll, fd, events, ms);
 }
 
 static int rs_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_err *err)
 {
     struct rs *r = be;
-    if (r->is_server) {
-        if (rwait(r, r->listen_fd, POLLIN, deadline_ms) <= 0)
+    if (r->s.is_server) {
+        if (fs_stream_wait(&r->s, r->s.listen_fd, POLLIN, deadline_ms) <= 0)
             return fs_fail(err, FS_EXIT_PEER,
                            "rsocket: the client did not connect to %s within %d ms (is its RDMA "
                            "device on the same network?)",
                            r->listen_addr, deadline_ms);
-        r->fd = raccept(r->listen_fd, NULL, NULL);
-        if (r->fd < 0)
-            return fail_errno(err, FS_EXIT_PEER, "raccept the data connection");
-        rclose(r->listen_fd);
-        r->listen_fd = -1;
-        return nonblock(r->fd, err);
+        r->s.fd = raccept(r->s.listen_fd, NULL, NULL);
+        if (r->s.fd < 0)
+            return fs_stream_fail_errno(&r->s, err, FS_EXIT_PEER, "raccept the data connection");
+        rclose(r->s.listen_fd);
+        r->s.listen_fd = -1;
+        return nonblock(r, r->s.fd, err);
     }
-    const cJSON *addr = cJSON_GetObjectItemCaseSensitive(peer, "addr");
-    const cJSON *port = cJSON_GetObjectItemCaseSensitive(peer, "port");
-    if (!cJSON_IsString(addr) || !cJSON_IsNumber(port))
-        return fs_fail(err, FS_EXIT_PEER, "rsocket: the server sent no data address");
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port->valueint);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST};
+    const char *addr;
+    int port;
     struct addrinfo *res = NULL;
-    if (getaddrinfo(addr->valuestring, ps, &hints, &res))
-        return fs_fail(err, FS_EXIT_PEER, "rsocket: bad data address '%s' from the server",
-                       addr->valuestring);
-    r->fd = rsocket(res->ai_family, SOCK_STREAM, 0);
+    if (fs_stream_peer_info(&r->s, peer, &res, &addr, &port, err))
+        return -1;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST};
+    r->s.fd = rsocket(res->ai_family, SOCK_STREAM, 0);
     int rc = 0;
-    if (r->fd < 0)
+    if (r->s.fd < 0)
         rc = fs_fail(err, FS_EXIT_USAGE, "rsocket() failed: %s (librdmacm found no usable RDMA device)",
                      strerror(errno));
     if (rc == 0)
-        rc = presocket(r, r->fd, err);
+        rc = presocket(r, r->s.fd, err);
     if (rc == 0 && r->bind_addr[0]) {
         struct addrinfo *la = NULL;
-        if (getaddrinfo(r->bind_addr, "0", &hints, &la) || rbind(r->fd, la->ai_addr, la->ai_addrlen))
+        if (getaddrinfo(r->bind_addr, "0", &hints, &la) ||
+            rbind(r->s.fd, la->ai_addr, la->ai_addrlen))
             rc = fs_fail(err, FS_EXIT_USAGE, "rsocket: cannot bind to %s%s%s: %s", r->bind_addr,
                          r->device[0] ? ", the address of --device " : "", r->device,
                          la ? strerror(errno) : "not a numeric address of this family");
@@ -330,122 +288,24 @@ static int rs_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_er
             freeaddrinfo(la);
     }
     if (rc == 0)
-        rc = nonblock(r->fd, err);
-    if (rc == 0 && rconnect(r->fd, res->ai_addr, res->ai_addrlen) && errno != EINPROGRESS)
-        rc = fs_fail(err, FS_EXIT_PEER, "rsocket: rconnect to %s:%d: %s", addr->valuestring,
-                     port->valueint, strerror(errno));
+        rc = nonblock(r, r->s.fd, err);
+    if (rc == 0 && rconnect(r->s.fd, res->ai_addr, res->ai_addrlen) && errno != EINPROGRESS)
+        rc = fs_fail(err, FS_EXIT_PEER, "rsocket: rconnect to %s:%d: %s", addr, port,
+                     strerror(errno));
     if (rc == 0) {
         int soerr = 0;
         socklen_t sl = sizeof soerr;
-        if (rwait(r, r->fd, POLLOUT, deadline_ms) <= 0)
+        if (fs_stream_wait(&r->s, r->s.fd, POLLOUT, deadline_ms) <= 0)
             rc = fs_fail(err, FS_EXIT_PEER,
                          "rsocket: connection to %s:%d not established within %d ms (no RDMA "
                          "route to it from this host?)",
-                         addr->valuestring, port->valueint, deadline_ms);
-        else if (rgetsockopt(r->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr)
+                         addr, port, deadline_ms);
+        else if (rgetsockopt(r->s.fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr)
             rc = fs_fail(err, FS_EXIT_PEER, "rsocket: connection to %s:%d: %s",
-                         addr->valuestring, port->valueint, strerror(soerr));
+                         addr, port, strerror(soerr));
     }
     freeaddrinfo(res);
     return rc;
-}
-
-static int rs_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
-{
-    struct rs *r = be;
-    (void)op;
-    if (r->tx_pending || r->rx_partial)
-        return fs_fail(err, FS_EXIT_MEASURE, "rsocket: bytes left over from the previous size");
-    r->size = size;
-    return 0;
-}
-
-static int push_tx(struct rs *r, struct fs_err *err)
-{
-    while (r->tx_pending) {
-        ssize_t n = rsend(r->fd, r->txbuf + r->tx_off, r->size - r->tx_off, MSG_DONTWAIT);
-        if (n > 0) {
-            r->tx_off += (uint64_t)n;
-            if (r->tx_off == r->size) {
-                r->tx_off = 0;
-                r->tx_pending--;
-                r->tx_completed++;
-            }
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-            return 0;
-        return fs_fail(err, FS_EXIT_PEER, "rsocket: the peer dropped the connection (%s)",
-                       n < 0 ? strerror(errno) : "rsend returned 0");
-    }
-    return 0;
-}
-
-static int rs_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
-{
-    struct rs *r = be;
-    (void)op;
-    (void)size;
-    if (r->tx_pending >= 65536)
-        return 0;
-    r->tx_pending++;
-    return push_tx(r, err) ? -1 : 1;
-}
-
-static int pull_rx(struct rs *r, uint64_t *rx, struct fs_err *err)
-{
-    for (int i = 0; i < 64; i++) {
-        ssize_t n = rrecv(r->fd, r->rxbuf, r->size - r->rx_partial, MSG_DONTWAIT);
-        if (n > 0) {
-            r->rx_partial += (uint64_t)n;
-            if (r->rx_partial == r->size) {
-                r->rx_partial = 0;
-                (*rx)++;
-                return 0; /* one whole message per call, as the tcp backend does */
-            }
-            continue;
-        }
-        if (n == 0)
-            return fs_fail(err, FS_EXIT_PEER,
-                           "rsocket: the peer closed the connection (peer process ended)");
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-            return 0;
-        return fs_fail(err, FS_EXIT_PEER, "rsocket: connection lost: %s", strerror(errno));
-    }
-    return 0;
-}
-
-static int rs_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_err *err)
-{
-    struct rs *r = be;
-    uint64_t rx = 0;
-    for (int round = 0; round < 2; round++) {
-        if (push_tx(r, err) || pull_rx(r, &rx, err))
-            return -1;
-        if (rx || r->tx_completed || wait_ms <= 0 || round)
-            break;
-        if (rwait(r, r->fd, (short)(POLLIN | (r->tx_pending ? POLLOUT : 0)), wait_ms) < 0)
-            return fail_errno(err, FS_EXIT_MEASURE, "rpoll");
-    }
-    ev->rx_done += rx;
-    ev->tx_done += r->tx_completed;
-    r->tx_completed = 0;
-    return 0;
-}
-
-static void sock_name(int fd, int local, char *out, size_t len, char *ip, size_t ip_len)
-{
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    char h[INET6_ADDRSTRLEN] = "", p[16] = "";
-    int rc = local ? rgetsockname(fd, (struct sockaddr *)&ss, &sl)
-                   : rgetpeername(fd, (struct sockaddr *)&ss, &sl);
-    if (rc == 0)
-        getnameinfo((struct sockaddr *)&ss, sl, h, sizeof h, p, sizeof p,
-                    NI_NUMERICHOST | NI_NUMERICSERV);
-    snprintf(out, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
-    if (ip)
-        snprintf(ip, ip_len, "%s", h);
 }
 
 /* The RDMA device whose port sends through `netdev`, or "". */
@@ -468,10 +328,10 @@ static void rs_describe(void *be, cJSON *o)
 {
     struct rs *r = be;
     cJSON_AddStringToObject(o, "kind", "rsocket");
-    if (r->fd < 0)
+    if (r->s.fd < 0)
         return;
     char buf[128], ip[INET6_ADDRSTRLEN], dev[64] = "";
-    sock_name(r->fd, 1, buf, sizeof buf, ip, sizeof ip);
+    fs_stream_name(&r->s, 1, buf, sizeof buf, ip, sizeof ip);
     cJSON_AddStringToObject(o, "local_address", buf);
     struct ifaddrs *ifa = NULL;
     const char *owner = getifaddrs(&ifa) == 0 ? fs_datapath_owner(ifa, ip) : NULL;
@@ -485,7 +345,7 @@ static void rs_describe(void *be, cJSON *o)
     cJSON_AddStringToObject(o, "device_selection",
                             r->device[0] ? "--device (bound to its netdev's address)"
                                          : "rdma_cm's route to the peer address");
-    sock_name(r->fd, 0, buf, sizeof buf, NULL, 0);
+    fs_stream_name(&r->s, 0, buf, sizeof buf, NULL, 0);
     cJSON_AddStringToObject(o, "peer_address", buf);
     cJSON *rd = cJSON_AddObjectToObject(o, "rsocket");
     static const struct {
@@ -509,43 +369,21 @@ static void rs_describe(void *be, cJSON *o)
             cJSON_AddStringToObject(e, "requested", "default");
         uint32_t v = 0;
         socklen_t sl = sizeof v;
-        if (rgetsockopt(r->fd, get[i].level, get[i].name, &v, &sl) == 0)
+        if (rgetsockopt(r->s.fd, get[i].level, get[i].name, &v, &sl) == 0)
             cJSON_AddNumberToObject(e, "effective", v);
         else
             cJSON_AddNullToObject(e, "effective");
     }
 }
 
-static void rs_teardown(void *be)
-{
-    struct rs *r = be;
-    if (!r)
-        return;
-    if (r->fd >= 0)
-        rclose(r->fd);
-    if (r->listen_fd >= 0)
-        rclose(r->listen_fd);
-    fs_pollwait_close(&r->pw);
-    free(r->txbuf);
-    free(r->rxbuf);
-    free(r);
-}
-
 const struct fs_backend_ops fs_backend_rsocket = {
-    .abi = FS_BACKEND_ABI,
+    FS_STREAM_BACKEND_OPS,
     .name = "rsocket",
     .summary = "librdmacm rsocket: the sockets API over RDMA (needs an RDMA device)",
-    .ops = FS_BIT(FS_OP_SEND),
-    .patterns = FS_BIT(FS_PAT_LAT) | FS_BIT(FS_PAT_BW) | FS_BIT(FS_PAT_BIBW),
     .options = rs_options,
     .options_size = sizeof(struct rs_opts),
     .check = rs_check,
     .setup = rs_setup,
-    .local_address = rs_local_address,
     .connect = rs_connect,
-    .prepare = rs_prepare,
-    .post = rs_post,
-    .progress = rs_progress,
     .describe = rs_describe,
-    .teardown = rs_teardown,
 };

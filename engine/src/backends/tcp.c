@@ -22,7 +22,7 @@
 #include "../core/backend.h"
 #include "../core/clock.h"
 #include "../core/ctl.h"
-#include "../core/pollwait.h"
+#include "stream_io.h"
 
 struct tcp_opts {
     int nodelay;
@@ -49,16 +49,13 @@ static const struct fs_option tcp_options[] = {
 #undef S
 
 struct tcp {
+    /* The sockets, the waits and the data path; first: the shared hooks (FS_STREAM_BACKEND_OPS)
+     * take a struct tcp * as a struct fs_stream *. */
+    struct fs_stream s;
     struct tcp_opts o;
-    int is_server;
     char device[64];
     char bind_addr[128];
     char listen_addr[128];
-    int listen_fd, fd;
-    uint8_t *txbuf, *rxbuf;
-    uint64_t size;
-    uint64_t tx_pending, tx_off, tx_completed;
-    uint64_t rx_partial;
     int sndbuf_eff, rcvbuf_eff;
     int bound;                          /* a session key: data connections carry its token */
     uint8_t token[FS_DATA_TOKEN_LEN];   /* fs_data_token, the data connection's first bytes */
@@ -68,16 +65,7 @@ struct tcp {
      * how many of them the receiver reported as duplicates (spurious: a late ACK, not a loss). */
     long long retrans_base, dsack_base;
 };
-
-static void list_netdevs(char *buf, size_t len)
-{
-    struct if_nameindex *ifs = if_nameindex();
-    size_t used = 0;
-    buf[0] = '\0';
-    for (struct if_nameindex *i = ifs; i && i->if_index && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", i->if_name);
-    if_freenameindex(ifs);
-}
+_Static_assert(offsetof(struct tcp, s) == 0, "struct tcp starts with its struct fs_stream");
 
 /* The netdev that owns a local address ("lo" for 127.0.0.1), or "" if none does. */
 static void owner_of(const char *addr, char *dev, size_t len, char *all, size_t all_len)
@@ -113,7 +101,7 @@ static int check_local_names(const char *device, const char *bind_addr, struct f
 {
     char list[2048], sv[FS_SHOWN_LEN];
     if (device[0] && if_nametoindex(device) == 0) {
-        list_netdevs(list, sizeof list);
+        fs_stream_netdevs(list, sizeof list);
         return fs_fail(err, FS_EXIT_USAGE,
                        "--device %s: no such network device on this host; it has: %s",
                        fs_shown(device, sv, sizeof sv), list);
@@ -136,10 +124,25 @@ static int tcp_check(const struct fs_spec *spec, const void *opts, struct fs_err
     return check_local_names(spec->device, spec->bind, err);
 }
 
-static int fail_errno(struct fs_err *err, int code, const char *what)
+static int tcp_name(int fd, int local, struct sockaddr *sa, socklen_t *len)
 {
-    return fs_fail(err, code, "tcp: %s: %s", what, strerror(errno));
+    return local ? getsockname(fd, sa, len) : getpeername(fd, sa, len);
 }
+
+/* Kernel sockets. Under librspreload (`--preload rsocket`) these calls are rsocket's, and poll()
+ * is rpoll, which before librdmacm v63 stops timing out after its first timeout: fs_stream_wait
+ * goes through fs_pollwait (see pollwait.h), for kernel sockets the same wait. */
+static const struct fs_stream_calls tcp_calls = {
+    .backend = "tcp",
+    .conn = "data connection",
+    .fn = "",
+    .send_flags = MSG_NOSIGNAL,
+    .send = send,
+    .recv = recv,
+    .poll = poll,
+    .close = close,
+    .name = tcp_name,
+};
 
 /* Options that must be set before connect/listen (window scaling is negotiated at SYN). */
 static int presocket(struct tcp *t, int fd, struct fs_err *err)
@@ -152,12 +155,12 @@ static int presocket(struct tcp *t, int fd, struct fs_err *err)
     if (t->o.sndbuf) {
         v = (int)t->o.sndbuf;
         if (setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, sizeof v))
-            return fail_errno(err, FS_EXIT_USAGE, "SO_SNDBUF");
+            return fs_stream_fail_errno(&t->s, err, FS_EXIT_USAGE, "SO_SNDBUF");
     }
     if (t->o.rcvbuf) {
         v = (int)t->o.rcvbuf;
         if (setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof v))
-            return fail_errno(err, FS_EXIT_USAGE, "SO_RCVBUF");
+            return fs_stream_fail_errno(&t->s, err, FS_EXIT_USAGE, "SO_RCVBUF");
     }
     return 0;
 }
@@ -166,7 +169,7 @@ static int postconnect(struct tcp *t, int fd, struct fs_err *err)
 {
     int one = t->o.nodelay;
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one))
-        return fail_errno(err, FS_EXIT_MEASURE, "TCP_NODELAY");
+        return fs_stream_fail_errno(&t->s, err, FS_EXIT_MEASURE, "TCP_NODELAY");
     if (t->o.busy_poll_us) {
         int us = (int)t->o.busy_poll_us;
         if (setsockopt(fd, SOL_SOCKET, SO_BUSY_POLL, &us, sizeof us))
@@ -185,81 +188,39 @@ static int postconnect(struct tcp *t, int fd, struct fs_err *err)
 
 static int tcp_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
 {
-    struct tcp *t = calloc(1, sizeof *t);
+    struct tcp *t = fs_stream_new(sizeof *t, &tcp_calls, ctx, out, err);
     if (!t)
-        return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
-    *out = t;
+        return -1;
     t->o = *(const struct tcp_opts *)ctx->opts;
-    t->is_server = ctx->is_server;
-    t->listen_fd = t->fd = -1;
     t->retrans_base = t->dsack_base = -1;
     snprintf(t->device, sizeof t->device, "%s", ctx->spec->device);
     snprintf(t->bind_addr, sizeof t->bind_addr, "%s", ctx->spec->bind);
     if (check_local_names(t->device, t->bind_addr, err))
         return -1;
-    size_t bufsize = ctx->max_size > 65536 ? ctx->max_size : 65536;
-    t->txbuf = malloc(bufsize);
-    t->rxbuf = malloc(bufsize);
-    if (!t->txbuf || !t->rxbuf)
-        return fs_fail(err, FS_EXIT_MEASURE, "tcp: cannot allocate %zu-byte buffers", bufsize);
-    memset(t->txbuf, 0xa5, bufsize);
+    if (fs_stream_buffers(&t->s, ctx->max_size, err))
+        return -1;
     if (ctx->session_key) {
         t->bound = 1;
         fs_data_token(ctx->session_key, "tcp", t->token);
     }
-    if (!t->is_server)
+    if (!t->s.is_server)
         return 0;
-    /* Listen on the network of the client's --device, else where the client reached us: data
-     * then follows the same path as control; --bind on the server moves it. */
-    snprintf(t->listen_addr, sizeof t->listen_addr, "%s",
-             t->bind_addr[0]          ? t->bind_addr
-             : ctx->data_local_addr ? ctx->data_local_addr
-                                    : ctx->ctl_local_addr);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
     struct addrinfo *res = NULL;
-    int gai = getaddrinfo(t->listen_addr, "0", &hints, &res);
-    if (gai)
-        return fs_fail(err, FS_EXIT_USAGE, "tcp: cannot listen on '%s': %s", t->listen_addr,
-                       gai_strerror(gai));
+    if (fs_stream_listen_info(&t->s, ctx, t->bind_addr, t->listen_addr, sizeof t->listen_addr,
+                              &res, err))
+        return -1;
     /* Plain SOCK_STREAM, flags set after: librdmacm before v63 refuses SOCK_CLOEXEC/SOCK_NONBLOCK
      * in the type, so under librspreload (`--preload rsocket`) every socket fell back to TCP. */
-    t->listen_fd = socket(res->ai_family, SOCK_STREAM, 0);
-    if (t->listen_fd >= 0)
-        fcntl(t->listen_fd, F_SETFD, FD_CLOEXEC);
-    int rc = t->listen_fd < 0 || presocket(t, t->listen_fd, err) ? -1 : 0;
+    t->s.listen_fd = socket(res->ai_family, SOCK_STREAM, 0);
+    if (t->s.listen_fd >= 0)
+        fcntl(t->s.listen_fd, F_SETFD, FD_CLOEXEC);
+    int rc = t->s.listen_fd < 0 || presocket(t, t->s.listen_fd, err) ? -1 : 0;
     /* A backlog of a few: a stranger's connection must not keep the client's out of the queue. */
-    if (rc == 0 && (bind(t->listen_fd, res->ai_addr, res->ai_addrlen) || listen(t->listen_fd, 8)))
-        rc = fail_errno(err, FS_EXIT_MEASURE, "listen for the data connection");
+    if (rc == 0 &&
+        (bind(t->s.listen_fd, res->ai_addr, res->ai_addrlen) || listen(t->s.listen_fd, 8)))
+        rc = fs_stream_fail_errno(&t->s, err, FS_EXIT_MEASURE, "listen for the data connection");
     freeaddrinfo(res);
     return rc;
-}
-
-static int tcp_local_address(void *be, cJSON *obj, struct fs_err *err)
-{
-    struct tcp *t = be;
-    int fd = t->is_server ? t->listen_fd : t->fd;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    char h[INET6_ADDRSTRLEN], p[16];
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) ||
-        getnameinfo((struct sockaddr *)&ss, sl, h, sizeof h, p, sizeof p,
-                    NI_NUMERICHOST | NI_NUMERICSERV))
-        return fail_errno(err, FS_EXIT_MEASURE, "getsockname");
-    cJSON_AddStringToObject(obj, "addr", h);
-    cJSON_AddNumberToObject(obj, "port", atoi(p));
-    return 0;
-}
-
-/* Through fs_pollwait (its deadline a timerfd, never poll's timeout): under librspreload this
- * poll() is rsocket's rpoll, which before librdmacm v63 stops timing out after its first timeout
- * (see pollwait.h). For kernel sockets it is the same wait. One timer for the process: a wait is
- * never nested in another. */
-static int wait_fd(int fd, short events, int ms)
-{
-    static struct fs_pollwait pw = {.tfd = -1};
-    if (ms > 0 && pw.tfd < 0 && fs_pollwait_open(&pw))
-        return -1;
-    return fs_pollwait(&pw, poll, fd, events, ms);
 }
 
 static int remaining(uint64_t deadline)
@@ -269,14 +230,14 @@ static int remaining(uint64_t deadline)
 }
 
 /* Whether a fresh connection starts with the session's token (read within `ms`, at most). */
-static int has_token(const struct tcp *t, int fd, int ms)
+static int has_token(struct tcp *t, int fd, int ms)
 {
     uint8_t got[FS_DATA_TOKEN_LEN];
     size_t have = 0;
     uint64_t deadline = fs_now_ns() + (uint64_t)ms * 1000000ull;
     while (have < sizeof got) {
         int left = remaining(deadline);
-        if (left == 0 || wait_fd(fd, POLLIN, left) <= 0)
+        if (left == 0 || fs_stream_wait(&t->s, fd, POLLIN, left) <= 0)
             return 0;
         ssize_t n = recv(fd, got + have, sizeof got - have, MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
@@ -291,7 +252,7 @@ static int has_token(const struct tcp *t, int fd, int ms)
 }
 
 /* Sends the token on the client's fresh data connection (blocking until sent or the deadline). */
-static int send_token(const struct tcp *t, int fd, int ms, struct fs_err *err)
+static int send_token(struct tcp *t, int fd, int ms, struct fs_err *err)
 {
     size_t off = 0;
     uint64_t deadline = fs_now_ns() + (uint64_t)ms * 1000000ull;
@@ -303,7 +264,7 @@ static int send_token(const struct tcp *t, int fd, int ms, struct fs_err *err)
         }
         int left = remaining(deadline);
         if ((n < 0 && errno != EAGAIN && errno != EINTR) || left == 0 ||
-            wait_fd(fd, POLLOUT, left) <= 0)
+            fs_stream_wait(&t->s, fd, POLLOUT, left) <= 0)
             return fs_fail(err, FS_EXIT_PEER, "tcp: could not send the session token on the data "
                                               "connection: %s",
                            n < 0 ? strerror(errno) : "timed out");
@@ -314,11 +275,11 @@ static int send_token(const struct tcp *t, int fd, int ms, struct fs_err *err)
 static int tcp_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_err *err)
 {
     struct tcp *t = be;
-    if (t->is_server) {
+    if (t->s.is_server) {
         uint64_t deadline = fs_now_ns() + (uint64_t)deadline_ms * 1000000ull;
         for (;;) {
             int left = remaining(deadline);
-            if (left == 0 || wait_fd(t->listen_fd, POLLIN, left) <= 0) {
+            if (left == 0 || fs_stream_wait(&t->s, t->s.listen_fd, POLLIN, left) <= 0) {
                 if (t->strangers)
                     return fs_fail(err, FS_EXIT_PEER,
                                    "tcp: no data connection with this session's token reached %s "
@@ -333,41 +294,37 @@ static int tcp_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
             /* accept() and fcntl(), not accept4(): librspreload intercepts accept4 only from
              * librdmacm v63 on (Debian 12 has v44), and the un-intercepted call on its socket
              * reads "Socket operation on non-socket". */
-            t->fd = accept(t->listen_fd, NULL, NULL);
-            if (t->fd < 0)
-                return fail_errno(err, FS_EXIT_PEER, "accept the data connection");
-            fcntl(t->fd, F_SETFD, FD_CLOEXEC);
+            t->s.fd = accept(t->s.listen_fd, NULL, NULL);
+            if (t->s.fd < 0)
+                return fs_stream_fail_errno(&t->s, err, FS_EXIT_PEER, "accept the data connection");
+            fcntl(t->s.fd, F_SETFD, FD_CLOEXEC);
             /* In a session `fabscope serve` authenticated, the data connection is the one that
              * proves the session key; any other is closed and the wait goes on. */
             int ms = remaining(deadline);
-            if (!t->bound || has_token(t, t->fd, ms < 2000 ? ms : 2000))
+            if (!t->bound || has_token(t, t->s.fd, ms < 2000 ? ms : 2000))
                 break;
             t->strangers++;
-            close(t->fd);
-            t->fd = -1;
+            close(t->s.fd);
+            t->s.fd = -1;
         }
-        close(t->listen_fd);
-        t->listen_fd = -1;
-        return postconnect(t, t->fd, err);
+        close(t->s.listen_fd);
+        t->s.listen_fd = -1;
+        return postconnect(t, t->s.fd, err);
     }
-    const cJSON *addr = cJSON_GetObjectItemCaseSensitive(peer, "addr");
-    const cJSON *port = cJSON_GetObjectItemCaseSensitive(peer, "port");
-    if (!cJSON_IsString(addr) || !cJSON_IsNumber(port))
-        return fs_fail(err, FS_EXIT_PEER, "tcp: the server sent no data address");
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port->valueint);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST};
+    const char *addr;
+    int port;
     struct addrinfo *res = NULL;
-    if (getaddrinfo(addr->valuestring, ps, &hints, &res))
-        return fs_fail(err, FS_EXIT_PEER, "tcp: bad data address '%s' from the server",
-                       addr->valuestring);
+    if (fs_stream_peer_info(&t->s, peer, &res, &addr, &port, err))
+        return -1;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST};
     int fd = socket(res->ai_family, SOCK_STREAM, 0); /* flags after: see tcp_setup */
     if (fd >= 0) {
         fcntl(fd, F_SETFD, FD_CLOEXEC);
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     }
-    t->fd = fd;
-    int rc = fd < 0 ? fail_errno(err, FS_EXIT_MEASURE, "socket") : presocket(t, fd, err);
+    t->s.fd = fd;
+    int rc = fd < 0 ? fs_stream_fail_errno(&t->s, err, FS_EXIT_MEASURE, "socket")
+                    : presocket(t, fd, err);
     if (rc == 0 && t->bind_addr[0]) {
         struct addrinfo *la = NULL;
         if (getaddrinfo(t->bind_addr, "0", &hints, &la) || bind(fd, la->ai_addr, la->ai_addrlen))
@@ -377,17 +334,17 @@ static int tcp_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
             freeaddrinfo(la);
     }
     if (rc == 0 && connect(fd, res->ai_addr, res->ai_addrlen) && errno != EINPROGRESS)
-        rc = fail_errno(err, FS_EXIT_PEER, "data connection");
+        rc = fs_stream_fail_errno(&t->s, err, FS_EXIT_PEER, "data connection");
     if (rc == 0) {
         int soerr = 0;
         socklen_t sl = sizeof soerr;
-        if (wait_fd(fd, POLLOUT, deadline_ms) <= 0)
+        if (fs_stream_wait(&t->s, fd, POLLOUT, deadline_ms) <= 0)
             rc = fs_fail(err, FS_EXIT_PEER,
                          "tcp: data connection to %s:%d not established within %d ms",
-                         addr->valuestring, port->valueint, deadline_ms);
+                         addr, port, deadline_ms);
         else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr)
             rc = fs_fail(err, FS_EXIT_PEER, "tcp: data connection to %s:%d: %s%s",
-                         addr->valuestring, port->valueint, strerror(soerr),
+                         addr, port, strerror(soerr),
                          t->device[0] ? " (is the peer reachable through --device?)" : "");
     }
     freeaddrinfo(res);
@@ -396,122 +353,20 @@ static int tcp_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
     return rc ? rc : postconnect(t, fd, err);
 }
 
-static int tcp_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
-{
-    struct tcp *t = be;
-    (void)op;
-    if (t->tx_pending || t->rx_partial)
-        return fs_fail(err, FS_EXIT_MEASURE, "tcp: bytes left over from the previous size");
-    t->size = size;
-    return 0;
-}
-
-/* Hand queued messages to the kernel until it pushes back. */
-static int push_tx(struct tcp *t, struct fs_err *err)
-{
-    while (t->tx_pending) {
-        ssize_t n = send(t->fd, t->txbuf + t->tx_off, t->size - t->tx_off,
-                         MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n > 0) {
-            t->tx_off += (uint64_t)n;
-            if (t->tx_off == t->size) {
-                t->tx_off = 0;
-                t->tx_pending--;
-                t->tx_completed++;
-            }
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return 0;
-        return fs_fail(err, FS_EXIT_PEER, "tcp: the peer dropped the data connection (%s)",
-                       strerror(errno));
-    }
-    return 0;
-}
-
-static int tcp_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
-{
-    struct tcp *t = be;
-    (void)op;
-    (void)size;
-    if (t->tx_pending >= 65536)
-        return 0;
-    t->tx_pending++;
-    return push_tx(t, err) ? -1 : 1;
-}
-
-static int pull_rx(struct tcp *t, uint64_t *rx, struct fs_err *err)
-{
-    for (int i = 0; i < 64; i++) {
-        ssize_t n = recv(t->fd, t->rxbuf, t->size - t->rx_partial, MSG_DONTWAIT);
-        if (n > 0) {
-            t->rx_partial += (uint64_t)n;
-            if (t->rx_partial == t->size) {
-                t->rx_partial = 0;
-                (*rx)++;
-                /* Hand a whole message over at once: one more recv() would only return EAGAIN,
-                 * and in a ping-pong that call sits inside the timed round trip. */
-                return 0;
-            }
-            continue;
-        }
-        if (n == 0)
-            return fs_fail(err, FS_EXIT_PEER,
-                           "tcp: the peer closed the data connection (peer process ended)");
-        if (errno == EAGAIN || errno == EINTR)
-            return 0;
-        return fs_fail(err, FS_EXIT_PEER, "tcp: data connection lost: %s", strerror(errno));
-    }
-    return 0;
-}
-
-static int tcp_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_err *err)
-{
-    struct tcp *t = be;
-    uint64_t rx = 0;
-    for (int round = 0; round < 2; round++) {
-        if (push_tx(t, err) || pull_rx(t, &rx, err))
-            return -1;
-        if (rx || t->tx_completed || wait_ms <= 0 || round)
-            break;
-        short events = POLLIN | (t->tx_pending ? POLLOUT : 0);
-        wait_fd(t->fd, events, wait_ms);
-    }
-    ev->rx_done += rx;
-    ev->tx_done += t->tx_completed;
-    t->tx_completed = 0;
-    return 0;
-}
-
-static void addr_pair(int fd, int local, char *out, size_t len, char *ip, size_t ip_len)
-{
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    char h[INET6_ADDRSTRLEN] = "", p[16] = "";
-    int rc = local ? getsockname(fd, (struct sockaddr *)&ss, &sl)
-                   : getpeername(fd, (struct sockaddr *)&ss, &sl);
-    if (rc == 0)
-        getnameinfo((struct sockaddr *)&ss, sl, h, sizeof h, p, sizeof p,
-                    NI_NUMERICHOST | NI_NUMERICSERV);
-    snprintf(out, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
-    if (ip)
-        snprintf(ip, ip_len, "%s", h);
-}
-
 static void tcp_describe(void *be, cJSON *o)
 {
     struct tcp *t = be;
     char buf[128], ip[INET6_ADDRSTRLEN], dev[IF_NAMESIZE + 1];
     cJSON_AddStringToObject(o, "kind", "tcp");
-    if (t->fd < 0)
+    if (t->s.fd < 0)
         return;
-    addr_pair(t->fd, 1, buf, sizeof buf, ip, sizeof ip);
+    fs_stream_name(&t->s, 1, buf, sizeof buf, ip, sizeof ip);
     cJSON_AddStringToObject(o, "local_address", buf);
     owner_of(ip, dev, sizeof dev, NULL, 0);
     /* Which netdev owns the source address. The route may still send elsewhere: the counter
      * snapshot in the result is the proof of the path. */
     cJSON_AddStringToObject(o, "address_owner", dev);
-    addr_pair(t->fd, 0, buf, sizeof buf, NULL, 0);
+    fs_stream_name(&t->s, 0, buf, sizeof buf, NULL, 0);
     cJSON_AddStringToObject(o, "peer_address", buf);
     if (t->device[0])
         cJSON_AddStringToObject(o, "bound_device", t->device);
@@ -522,14 +377,14 @@ static void tcp_describe(void *be, cJSON *o)
     cJSON_AddNumberToObject(o, "rcvbuf_bytes", t->rcvbuf_eff);
     int mss = 0;
     socklen_t sl = sizeof mss;
-    if (getsockopt(t->fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &sl) == 0)
+    if (getsockopt(t->s.fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &sl) == 0)
         cJSON_AddNumberToObject(o, "mss", mss);
     /* Facts for the explanation of the number (fabscope.results.explain): the path MTU, the
      * MTU of the netdev that owns our address, and the segments retransmitted in the phase. */
     struct tcp_info ti;
     socklen_t tl = sizeof ti;
     memset(&ti, 0, sizeof ti);
-    if (getsockopt(t->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0) {
+    if (getsockopt(t->s.fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0) {
         cJSON_AddNumberToObject(o, "path_mtu", ti.tcpi_pmtu);
         if (t->retrans_base >= 0 && (long long)ti.tcpi_total_retrans >= t->retrans_base)
             cJSON_AddNumberToObject(o, "phase_retransmitted_segments",
@@ -543,7 +398,7 @@ static void tcp_describe(void *be, cJSON *o)
     struct ifreq ifr;
     memset(&ifr, 0, sizeof ifr);
     snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", dev);
-    if (dev[0] && ioctl(t->fd, SIOCGIFMTU, &ifr) == 0)
+    if (dev[0] && ioctl(t->s.fd, SIOCGIFMTU, &ifr) == 0)
         cJSON_AddNumberToObject(o, "netdev_mtu", ifr.ifr_mtu);
 }
 
@@ -553,43 +408,22 @@ static void tcp_phase_begin(void *be)
     struct tcp_info ti;
     socklen_t tl = sizeof ti;
     memset(&ti, 0, sizeof ti);
-    int ok = t->fd >= 0 && getsockopt(t->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0;
+    int ok = t->s.fd >= 0 && getsockopt(t->s.fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0;
     t->retrans_base = ok ? (long long)ti.tcpi_total_retrans : -1;
     t->dsack_base = ok && tl >= offsetof(struct tcp_info, tcpi_dsack_dups) + 4
                         ? (long long)ti.tcpi_dsack_dups
                         : -1;
 }
 
-static void tcp_teardown(void *be)
-{
-    struct tcp *t = be;
-    if (!t)
-        return;
-    if (t->fd >= 0)
-        close(t->fd);
-    if (t->listen_fd >= 0)
-        close(t->listen_fd);
-    free(t->txbuf);
-    free(t->rxbuf);
-    free(t);
-}
-
 const struct fs_backend_ops fs_backend_tcp = {
-    .abi = FS_BACKEND_ABI,
+    FS_STREAM_BACKEND_OPS,
     .name = "tcp",
     .summary = "TCP sockets (the baseline every fabric is compared with)",
-    .ops = FS_BIT(FS_OP_SEND),
-    .patterns = FS_BIT(FS_PAT_LAT) | FS_BIT(FS_PAT_BW) | FS_BIT(FS_PAT_BIBW),
     .options = tcp_options,
     .options_size = sizeof(struct tcp_opts),
     .check = tcp_check,
     .setup = tcp_setup,
-    .local_address = tcp_local_address,
     .connect = tcp_connect,
-    .prepare = tcp_prepare,
-    .post = tcp_post,
-    .progress = tcp_progress,
     .describe = tcp_describe,
-    .teardown = tcp_teardown,
     .phase_begin = tcp_phase_begin,
 };

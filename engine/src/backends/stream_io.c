@@ -1,0 +1,242 @@
+/* See stream_io.h. */
+#define _GNU_SOURCE
+#include "stream_io.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void *fs_stream_new(size_t size, const struct fs_stream_calls *c, const struct fs_be_ctx *ctx,
+                    void **out, struct fs_err *err)
+{
+    struct fs_stream *s = calloc(1, size);
+    if (!s) {
+        fs_fail(err, FS_EXIT_MEASURE, "out of memory");
+        return NULL;
+    }
+    *out = s;
+    s->c = c;
+    s->is_server = ctx->is_server;
+    s->listen_fd = s->fd = -1;
+    s->pw.tfd = -1;
+    return s;
+}
+
+void fs_stream_teardown(void *be)
+{
+    struct fs_stream *s = be;
+    if (!s)
+        return;
+    if (s->fd >= 0)
+        s->c->close(s->fd);
+    if (s->listen_fd >= 0)
+        s->c->close(s->listen_fd);
+    fs_pollwait_close(&s->pw);
+    free(s->txbuf);
+    free(s->rxbuf);
+    free(be);
+}
+
+int fs_stream_fail_errno(const struct fs_stream *s, struct fs_err *err, int code, const char *what)
+{
+    return fs_fail(err, code, "%s: %s: %s", s->c->backend, what, strerror(errno));
+}
+
+int fs_stream_buffers(struct fs_stream *s, uint64_t max_size, struct fs_err *err)
+{
+    size_t bufsize = max_size > 65536 ? max_size : 65536;
+    s->txbuf = malloc(bufsize);
+    s->rxbuf = malloc(bufsize);
+    if (!s->txbuf || !s->rxbuf)
+        return fs_fail(err, FS_EXIT_MEASURE, "%s: cannot allocate %zu-byte buffers", s->c->backend,
+                       bufsize);
+    memset(s->txbuf, 0xa5, bufsize);
+    return 0;
+}
+
+int fs_stream_listen_info(const struct fs_stream *s, const struct fs_be_ctx *ctx, const char *bind,
+                          char *out, size_t len, struct addrinfo **res, struct fs_err *err)
+{
+    snprintf(out, len, "%s",
+             bind[0]                ? bind
+             : ctx->data_local_addr ? ctx->data_local_addr
+                                    : ctx->ctl_local_addr);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_PASSIVE};
+    *res = NULL;
+    int gai = getaddrinfo(out, "0", &hints, res);
+    if (gai)
+        return fs_fail(err, FS_EXIT_USAGE, "%s: cannot listen on '%s': %s", s->c->backend, out,
+                       gai_strerror(gai));
+    return 0;
+}
+
+int fs_stream_peer_info(const struct fs_stream *s, const cJSON *peer, struct addrinfo **res,
+                        const char **addr, int *port, struct fs_err *err)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(peer, "addr");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(peer, "port");
+    if (!cJSON_IsString(a) || !cJSON_IsNumber(p))
+        return fs_fail(err, FS_EXIT_PEER, "%s: the server sent no data address", s->c->backend);
+    *addr = a->valuestring;
+    *port = p->valueint;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", p->valueint);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST};
+    *res = NULL;
+    if (getaddrinfo(a->valuestring, ps, &hints, res))
+        return fs_fail(err, FS_EXIT_PEER, "%s: bad data address '%s' from the server",
+                       s->c->backend, a->valuestring);
+    return 0;
+}
+
+int fs_stream_local_address(void *be, cJSON *obj, struct fs_err *err)
+{
+    const struct fs_stream *s = be;
+    int fd = s->is_server ? s->listen_fd : s->fd;
+    if (fd < 0)
+        return 0; /* a client says nothing before it connects */
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char h[INET6_ADDRSTRLEN], p[16];
+    if (s->c->name(fd, 1, (struct sockaddr *)&ss, &sl) ||
+        getnameinfo((struct sockaddr *)&ss, sl, h, sizeof h, p, sizeof p,
+                    NI_NUMERICHOST | NI_NUMERICSERV)) {
+        char what[32];
+        snprintf(what, sizeof what, "%sgetsockname", s->c->fn);
+        return fs_stream_fail_errno(s, err, FS_EXIT_MEASURE, what);
+    }
+    cJSON_AddStringToObject(obj, "addr", h);
+    cJSON_AddNumberToObject(obj, "port", atoi(p));
+    return 0;
+}
+
+void fs_stream_name(const struct fs_stream *s, int local, char *out, size_t len, char *ip,
+                    size_t ip_len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char h[INET6_ADDRSTRLEN] = "", p[16] = "";
+    if (s->c->name(s->fd, local, (struct sockaddr *)&ss, &sl) == 0)
+        getnameinfo((struct sockaddr *)&ss, sl, h, sizeof h, p, sizeof p,
+                    NI_NUMERICHOST | NI_NUMERICSERV);
+    snprintf(out, len, strchr(h, ':') ? "[%s]:%s" : "%s:%s", h, p);
+    if (ip)
+        snprintf(ip, ip_len, "%s", h);
+}
+
+int fs_stream_wait(struct fs_stream *s, int fd, short events, int ms)
+{
+    if (ms > 0 && s->pw.tfd < 0 && fs_pollwait_open(&s->pw))
+        return -1;
+    return fs_pollwait(&s->pw, s->c->poll, fd, events, ms);
+}
+
+int fs_stream_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
+{
+    struct fs_stream *s = be;
+    (void)op;
+    if (s->tx_pending || s->rx_partial)
+        return fs_fail(err, FS_EXIT_MEASURE, "%s: bytes left over from the previous size",
+                       s->c->backend);
+    s->size = size;
+    return 0;
+}
+
+/* Hand queued messages to the socket until it pushes back. */
+static int push_tx(struct fs_stream *s, struct fs_err *err)
+{
+    while (s->tx_pending) {
+        ssize_t n = s->c->send(s->fd, s->txbuf + s->tx_off, s->size - s->tx_off,
+                               MSG_DONTWAIT | s->c->send_flags);
+        if (n > 0) {
+            s->tx_off += (uint64_t)n;
+            if (s->tx_off == s->size) {
+                s->tx_off = 0;
+                s->tx_pending--;
+                s->tx_completed++;
+            }
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            return 0;
+        char why[32];
+        snprintf(why, sizeof why, "%ssend returned 0", s->c->fn);
+        return fs_fail(err, FS_EXIT_PEER, "%s: the peer dropped the %s (%s)", s->c->backend,
+                       s->c->conn, n < 0 ? strerror(errno) : why);
+    }
+    return 0;
+}
+
+int fs_stream_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
+{
+    struct fs_stream *s = be;
+    (void)op;
+    (void)size;
+    if (s->tx_pending >= 65536)
+        return 0;
+    s->tx_pending++;
+    return push_tx(s, err) ? -1 : 1;
+}
+
+static int pull_rx(struct fs_stream *s, uint64_t *rx, struct fs_err *err)
+{
+    for (int i = 0; i < 64; i++) {
+        ssize_t n = s->c->recv(s->fd, s->rxbuf, s->size - s->rx_partial, MSG_DONTWAIT);
+        if (n > 0) {
+            s->rx_partial += (uint64_t)n;
+            if (s->rx_partial == s->size) {
+                s->rx_partial = 0;
+                (*rx)++;
+                /* Hand a whole message over at once: one more recv() would only return EAGAIN,
+                 * and in a ping-pong that call sits inside the timed round trip. */
+                return 0;
+            }
+            continue;
+        }
+        if (n == 0)
+            return fs_fail(err, FS_EXIT_PEER, "%s: the peer closed the %s (peer process ended)",
+                           s->c->backend, s->c->conn);
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            return 0;
+        return fs_fail(err, FS_EXIT_PEER, "%s: %s lost: %s", s->c->backend, s->c->conn,
+                       strerror(errno));
+    }
+    return 0;
+}
+
+int fs_stream_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_err *err)
+{
+    struct fs_stream *s = be;
+    uint64_t rx = 0;
+    for (int round = 0; round < 2; round++) {
+        if (push_tx(s, err) || pull_rx(s, &rx, err))
+            return -1;
+        if (rx || s->tx_completed || wait_ms <= 0 || round)
+            break;
+        if (fs_stream_wait(s, s->fd, (short)(POLLIN | (s->tx_pending ? POLLOUT : 0)), wait_ms) <
+            0) {
+            char what[32];
+            snprintf(what, sizeof what, "%spoll", s->c->fn);
+            return fs_stream_fail_errno(s, err, FS_EXIT_MEASURE, what);
+        }
+    }
+    ev->rx_done += rx;
+    ev->tx_done += s->tx_completed;
+    s->tx_completed = 0;
+    return 0;
+}
+
+void fs_stream_netdevs(char *buf, size_t len)
+{
+    struct if_nameindex *ifs = if_nameindex();
+    size_t used = 0;
+    buf[0] = '\0';
+    for (struct if_nameindex *i = ifs; i && i->if_index && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", used ? ", " : "", i->if_name);
+    if_freenameindex(ifs);
+}
