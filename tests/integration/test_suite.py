@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 from conftest import engine_bin, fabscope
+from fabscope.suite import NEEDS_RDMA
 
 
 def test_suite_runs_every_built_backend_and_writes_the_report(tmp_path: Path) -> None:
@@ -18,8 +19,8 @@ def test_suite_runs_every_built_backend_and_writes_the_report(tmp_path: Path) ->
     table = json.loads(subprocess.run([str(engine_bin()), "--options-json"], capture_output=True,
                                       text=True, check=True).stdout)
     for name, be in table["backends"].items():
-        if name == "verbs":
-            continue  # needs an RDMA device: covered in the Soft-RoCE guest
+        if name in NEEDS_RDMA:
+            continue  # needs an RDMA device: covered in the Soft-RoCE guests
         for op in be["ops"]:
             for pattern in be["patterns"]:
                 assert (name, op, pattern) in seen, (name, op, pattern)
