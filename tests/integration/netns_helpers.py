@@ -76,7 +76,7 @@ def iperf3(
         text=True,
     )
     try:
-        _wait_listening(server_ns, IPERF_PORT)
+        wait_listening(server_ns, IPERF_PORT)
         amount = ["-t", str(seconds)]
         client = subprocess.run(
             netns.ns_exec_argv(
@@ -110,7 +110,7 @@ def iperf3(
             server.wait()
 
 
-def _wait_listening(ns: str, port: int, deadline_s: float = 5.0) -> None:
+def wait_listening(ns: str, port: int, deadline_s: float = 5.0) -> None:
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         out = subprocess.run(

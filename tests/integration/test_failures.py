@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
-import select
+import os
+import signal
 import socket
 import struct
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+
+from serve_helpers import serve
 
 from conftest import HISTORY_HOME, REPO, engine_bin, fabscope, json_lines
 from fabscope import control
@@ -61,54 +65,37 @@ def test_server_killed_mid_sweep_keeps_measured_sizes_and_exits_3() -> None:
     assert "peer" in err
 
 
-def test_cli_keeps_measured_sizes_when_the_server_dies() -> None:
-    """Through `fabscope serve`: killing serve's engine mid-sweep."""
-    port = free_port()
-    serve = subprocess.Popen([sys.executable, "-m", "fabscope", "serve", "--port", str(port)],
-                             stderr=subprocess.PIPE, text=True, env=ENV)
-    try:
-        time.sleep(0.5)
+def test_cli_keeps_measured_sizes_when_the_server_dies(tmp_path: Path) -> None:
+    """Through `fabscope serve`: killing serve's engine (the PID its log names) mid-sweep."""
+    with serve(tmp_path) as srv:
         client = subprocess.Popen(
-            [sys.executable, "-m", "fabscope", "run", "--peer", f"127.0.0.1:{port}", "--timeout", "3",
+            [sys.executable, "-m", "fabscope", "run", "--peer", srv.addr, "--timeout", "3",
              "--format", "json", "--sizes", "8:4M", "--iters", "3000", "--warmup", "0"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
         )
         assert client.stdout is not None
         first = client.stdout.readline()  # JSON lines stream: one size is measured
-        subprocess.run(["pkill", "-KILL", "-f", "fabscope-engine --control-fd"], check=False)
+        (start,) = srv.wait_event("start")
+        os.kill(int(start["pid"]), signal.SIGKILL)  # the engine serve started for this run, nothing else
         t0 = time.monotonic()
         out, err = client.communicate(timeout=20)
         assert client.returncode == 3, err
         assert time.monotonic() - t0 < 3 + 3
         assert json_lines(first + out)[0]["size"] == 8
         assert "measured before" in err
-    finally:
-        serve.terminate()
-        serve.wait(timeout=10)
 
 
-def test_serve_runs_a_client_and_answers_busy_to_a_second_one_at_once() -> None:
-    port = free_port()
-    env = ENV
-    serve = subprocess.Popen([sys.executable, "-m", "fabscope", "serve", "--port", str(port)],
-                             stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        time.sleep(0.5)
+def test_serve_runs_a_client_and_answers_busy_to_a_second_one_at_once(tmp_path: Path) -> None:
+    with serve(tmp_path) as srv:
         first = subprocess.Popen(
-            [sys.executable, "-m", "fabscope", "run", "--peer", f"127.0.0.1:{port}", "--format", "json",
+            [sys.executable, "-m", "fabscope", "run", "--peer", srv.addr, "--format", "json",
              "--duration", "8", "--warmup", "0", "--poll", "block"],  # block: two spinning engines
             # would starve the second client's start-up on a 2-CPU machine
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
         )
-        assert serve.stderr is not None
-        deadline = time.monotonic() + 30
-        while True:  # serve's JSON log says when the first run is on
-            assert serve.poll() is None and first.poll() is None and time.monotonic() < deadline, first.communicate()
-            ready, _, _ = select.select([serve.stderr], [], [], 0.5)
-            if ready and '"event": "start"' in serve.stderr.readline():
-                break
+        srv.wait_event("start", timeout=30)  # serve's JSON log says when the first run is on
         t0 = time.monotonic()
-        second = fabscope("run", "--peer", f"127.0.0.1:{port}", "--timeout", "5")
+        second = fabscope("run", "--peer", srv.addr, "--timeout", "5")
         assert second.returncode == 3
         assert "busy" in second.stderr
         # An answer, not a wait for the 8 s run (serve gives a run that is just ending 1 s; the
@@ -118,9 +105,6 @@ def test_serve_runs_a_client_and_answers_busy_to_a_second_one_at_once() -> None:
         assert first.returncode == 0, err
         (rec,) = json_lines(out)
         assert rec["transport"]["peer"]["kind"] == "tcp"
-    finally:
-        serve.terminate()
-        serve.wait(timeout=10)
 
 
 def test_version_mismatch_names_both_versions() -> None:
@@ -170,22 +154,15 @@ def test_usage_errors_exit_2_without_traceback() -> None:
     assert "nosuch0" in out.stderr and "lo" in out.stderr  # names what exists
 
 
-def test_doctor_peer_runs_the_checks_on_both_hosts_through_serve() -> None:
-    port = free_port()
-    serve = subprocess.Popen([sys.executable, "-m", "fabscope", "serve", "--port", str(port)],
-                             stderr=subprocess.PIPE, text=True, env=ENV)
-    try:
-        time.sleep(0.5)
-        out = fabscope("doctor", "--json", "--peer", f"127.0.0.1:{port}", timeout=180)
+def test_doctor_peer_runs_the_checks_on_both_hosts_through_serve(tmp_path: Path) -> None:
+    with serve(tmp_path) as srv:
+        out = fabscope("doctor", "--json", "--peer", srv.addr, timeout=180)
         assert out.returncode in (0, 1, 7), out.stderr
         both = json.loads(out.stdout)
         assert both["schema"] == "fabscope.doctor-pair/1"
         assert both["peer"]["findings"] and both["local"]["findings"]
         # Same host on both ends: the cross-host comparison finds no version difference.
         assert not [f for f in both["local"]["findings"] if f["id"].startswith("crosshost") and f["severity"] != "ok"]
-    finally:
-        serve.terminate()
-        serve.wait(timeout=10)
 
 
 def test_doctor_peer_missing_is_exit_3() -> None:

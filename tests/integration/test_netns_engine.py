@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,7 +37,7 @@ def serve_in(ns: str, bind: str, *extra: str) -> subprocess.Popen[str]:
                                 "serve", "--bind", bind, "--port", str(PORT), "--key-file", key_file(), *extra]),
         stderr=subprocess.PIPE, text=True,
     )
-    time.sleep(0.7)
+    nh.wait_listening(ns, PORT, deadline_s=15.0)
     return proc
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EXIT_MEASURE, FabscopeError
+from ..results.deltas import as_count, wrapped_at_32
 
 __all__ = [
     "U32",
@@ -46,11 +47,10 @@ _RATE_RE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
 class CounterUnwrapper:
     """Turns raw counter readings into monotonic values, one state per series.
 
-    A reading below the previous one is a 32-bit wrap when the engine says the counter wraps at 32
-    bits, or when its width is unknown and the previous reading was in the top quarter of the 32-bit
-    range and the new one in the bottom quarter (what a wrap between two scrapes looks like; a reset
-    restarts from 0 wherever the counter was). Anything else going down is a reset: the output goes
-    down with it, and Prometheus treats that as a counter reset.
+    A reading below the previous one is a 32-bit wrap only by the run deltas' rule
+    (:func:`fabscope.results.deltas.wrapped_at_32`: the engine says the counter wraps at 32 bits).
+    Anything else going down is a reset: the output goes down with it, and Prometheus treats that
+    as a counter reset.
     """
 
     def __init__(self) -> None:
@@ -63,7 +63,7 @@ class CounterUnwrapper:
         if prev is not None:
             last, offset = prev
             if raw < last:
-                if self._wrapped32(last, raw, bits, overflow):
+                if wrapped_at_32(last, raw, bits, overflow):
                     offset += U32
                 else:
                     offset = 0
@@ -76,16 +76,6 @@ class CounterUnwrapper:
         afresh if it comes back, as a re-created device's counters do)."""
         self._state = {k: v for k, v in self._state.items() if k in self._seen}
         self._seen = set()
-
-    @staticmethod
-    def _wrapped32(last: int, raw: int, bits: int | None, overflow: str | None) -> bool:
-        if last >= U32:
-            return False  # a value above 2^32-1 proves a wider counter
-        if bits == 32 and overflow == "wrap":
-            return True
-        if bits is None and overflow not in ("saturate", "none"):
-            return last >= U32 - (U32 >> 2) and raw < (U32 >> 2)
-        return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,10 +255,6 @@ def as_mapping(v: object) -> Mapping[str, Any]:
 
 def as_list(v: object) -> list[Any]:
     return v if isinstance(v, list) else []
-
-
-def as_count(v: object) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 def unit_table(snap: Mapping[str, Any], directory: str, driver: str) -> Mapping[str, Any]:

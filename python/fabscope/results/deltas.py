@@ -85,6 +85,14 @@ def as_count(value: object) -> int | None:
     return value
 
 
+def wrapped_at_32(before: int, after: int, bits: int | None, overflow: str | None) -> bool:
+    """Whether a counter that went from ``before`` down to ``after`` wrapped at 32 bits: only when
+    the engine says it is a 32-bit wrapping counter. A counter of unknown width is never guessed
+    to have wrapped (a reset looks the same); a value above 2^32-1 proves a wider counter. The one
+    rule for the run deltas here and for the exporter's series between scrapes."""
+    return after < before <= _U32_MAX and bits == 32 and overflow == "wrap"
+
+
 def _field_delta(
     name: str,
     counter: str,
@@ -114,7 +122,7 @@ def _field_delta(
         return None, why, None
     if a >= b:
         return a - b, None, None
-    if overflow == "wrap" and width == 32:
+    if wrapped_at_32(b, a, width, overflow):
         return (
             (a + (1 << 32) - b),
             None,
