@@ -4,7 +4,9 @@ queue too small for the burst for TCP retransmissions. No timing is asserted."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,6 +48,38 @@ def test_loopback_64k_names_segmentation_and_32k_and_one_mss_name_nothing() -> N
     (one,) = loopback_bw(str(mss))
     assert one["transport"]["local"]["mss"] == mss
     assert seen(one) == [], one["explanation"]
+
+
+def test_loopback_cpu_hog_on_the_client_cpu_is_named_and_a_clean_run_names_nothing() -> None:
+    """A busy loop pinned on the client engine's CPU (loopback pins the server to the first allowed
+    CPU and the client to the second): the client engine runs a fraction of the phase and is
+    taken off its CPU again and again; the explanation names cpu for that side only."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs: one per loopback engine")
+
+    def lat() -> dict[str, Any]:
+        out = fabscope("run", "--loopback", "--no-store", "--format", "json", "--sizes", "8", "--iters", "20000")
+        assert out.returncode == 0, out.stderr
+        (rec,) = json_lines(out.stdout)
+        return rec
+
+    clean = lat()
+    assert "cpu" not in seen(clean), clean["explanation"]
+    cpu = {c["cause"]: c for c in clean["explanation"]["causes"]}["cpu"]
+    assert cpu["state"] == "clear" and f"local engine on CPU {cpus[1]}" in cpu["evidence"], cpu
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                           preexec_fn=lambda: os.sched_setaffinity(0, {cpus[1]}))
+    try:
+        rec = lat()
+    finally:
+        hog.kill()
+        hog.wait()
+    assert "cpu" in seen(rec), rec["explanation"]
+    cause = {c["cause"]: c for c in rec["explanation"]["causes"]}["cpu"]
+    assert f"local engine on CPU {cpus[1]}" in cause["evidence"] and "peer engine" not in cause["evidence"], cause
+    assert rec["cpu_use"]["local"]["involuntary_switches"] > rec["cpu_use"]["peer"]["involuntary_switches"]
+    assert cause["fix"] and "--cpu" in cause["fix"]
 
 
 # ---- netns: loss planted with a queue too small for the burst ------------------------------

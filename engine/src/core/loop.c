@@ -1,11 +1,41 @@
+#define _GNU_SOURCE
 /* The only timing loops in fabscope. Backends post and progress; everything that reads the clock
  * or decides when a phase ends is here, identical for every transport. */
 #include <cjson/cJSON.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "run.h"
+
+static uint64_t tv_ns(struct timeval tv)
+{
+    return (uint64_t)tv.tv_sec * 1000000000ull + (uint64_t)tv.tv_usec * 1000ull;
+}
+
+/* The thread's CPU account at a phase edge; the difference of two is the phase's. Outside the
+ * measured path: two system calls per phase. */
+static void cpu_mark(struct fs_side_view *v, int end)
+{
+    struct rusage ru;
+    uint64_t now = fs_now_ns();
+    if (getrusage(RUSAGE_THREAD, &ru))
+        memset(&ru, 0, sizeof ru);
+    uint64_t user = tv_ns(ru.ru_utime), sys = tv_ns(ru.ru_stime);
+    uint64_t vol = (uint64_t)ru.ru_nvcsw, invol = (uint64_t)ru.ru_nivcsw;
+    if (!end) {
+        v->wall_ns = now, v->user_ns = user, v->sys_ns = sys;
+        v->vol_switches = vol, v->invol_switches = invol;
+        return;
+    }
+    v->wall_ns = now - v->wall_ns, v->user_ns = user - v->user_ns, v->sys_ns = sys - v->sys_ns;
+    v->vol_switches = vol - v->vol_switches, v->invol_switches = invol - v->invol_switches;
+    int cpu = sched_getcpu();
+    v->cpu = cpu >= 0 ? cpu : -1;
+}
 
 /* Housekeeping (control messages, the no-progress deadline, heartbeats) costs a system call. While
  * data flows it runs every FS_HOUSEKEEP_PERIOD_NS: completions and answers show the peer alive,
@@ -538,6 +568,7 @@ int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs
     const int client = !r->is_server;
     const int active = fs_ops[r->op].bw_role == FS_ROLE_ACTIVE;
     int rc;
+    cpu_mark(v, 0);
     if (r->pat == FS_PAT_LAT && client)
         rc = pingpong_initiator(r, size, n_max, t_max, phase == FS_PHASE_MEASURE, v, err);
     else if (r->pat == FS_PAT_LAT && fs_ops[r->op].lat_role == FS_ROLE_ACTIVE)
@@ -548,10 +579,66 @@ int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs
         rc = stream(r, size, client, !client && active, n_max, t_max, v, err);
     else
         rc = stream(r, size, 1, active, n_max, t_max, v, err);
+    cpu_mark(v, 1);
     v->control_polls = r->hk_passes;
     if (rc && !r->ctl_failed)
         add_peer_reason(r, err);
     return rc;
+}
+
+/* A small sysfs value of the CPU the engine ran on (its frequency governor), or "" */
+static void cpu_sysfs(int64_t cpu, const char *leaf, char *buf, size_t len)
+{
+    char path[128];
+    buf[0] = 0;
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%lld/%s", (long long)cpu, leaf);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    if (fgets(buf, (int)len, f))
+        buf[strcspn(buf, "\n")] = 0;
+    else
+        buf[0] = 0;
+    fclose(f);
+}
+
+/* The NUMA node of a CPU: the nodeN link in its sysfs directory, or -1 (no NUMA information). */
+static long cpu_numa_node(int64_t cpu)
+{
+    for (long node = 0; node < 1024; node++) {
+        char path[128];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%lld/node%ld", (long long)cpu, node);
+        if (access(path, F_OK) == 0)
+            return node;
+    }
+    return -1;
+}
+
+cJSON *fs_cpu_use_json(const struct fs_side_view *v)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "wall_ns", (double)v->wall_ns);
+    cJSON_AddNumberToObject(c, "user_ns", (double)v->user_ns);
+    cJSON_AddNumberToObject(c, "sys_ns", (double)v->sys_ns);
+    cJSON_AddNumberToObject(c, "voluntary_switches", (double)v->vol_switches);
+    cJSON_AddNumberToObject(c, "involuntary_switches", (double)v->invol_switches);
+    if (v->cpu < 0) {
+        cJSON_AddNullToObject(c, "cpu");
+        return c;
+    }
+    cJSON_AddNumberToObject(c, "cpu", (double)v->cpu);
+    char gov[64];
+    cpu_sysfs(v->cpu, "cpufreq/scaling_governor", gov, sizeof gov);
+    if (gov[0])
+        cJSON_AddStringToObject(c, "governor", gov);
+    else
+        cJSON_AddNullToObject(c, "governor");
+    long node = cpu_numa_node(v->cpu);
+    if (node >= 0)
+        cJSON_AddNumberToObject(c, "numa_node", (double)node);
+    else
+        cJSON_AddNullToObject(c, "numa_node");
+    return c;
 }
 
 static void view_json(const struct fs_side_view *v, cJSON *o)
@@ -563,6 +650,7 @@ static void view_json(const struct fs_side_view *v, cJSON *o)
     cJSON_AddNumberToObject(o, "rx_span_ns", (double)v->rx_span_ns);
     cJSON_AddNumberToObject(o, "rx_lost", (double)v->rx_lost);
     cJSON_AddNumberToObject(o, "control_polls", (double)v->control_polls);
+    cJSON_AddItemToObject(o, "cpu_use", fs_cpu_use_json(v));
 }
 
 static uint64_t num(const cJSON *o, const char *k)
@@ -618,6 +706,15 @@ int fs_phase_exchange(struct fs_run *r, const struct fs_side_view *mine, cJSON *
     theirs->rx_span_ns = num(p, "rx_span_ns");
     theirs->rx_lost = num(p, "rx_lost");
     theirs->control_polls = num(p, "control_polls");
+    /* An older peer sends no cpu_use: wall 0 says "not reported". */
+    const cJSON *cu = cJSON_GetObjectItemCaseSensitive(p, "cpu_use");
+    theirs->wall_ns = num(cu, "wall_ns");
+    theirs->user_ns = num(cu, "user_ns");
+    theirs->sys_ns = num(cu, "sys_ns");
+    theirs->vol_switches = num(cu, "voluntary_switches");
+    theirs->invol_switches = num(cu, "involuntary_switches");
+    const cJSON *cc = cJSON_GetObjectItemCaseSensitive(cu, "cpu");
+    theirs->cpu = cJSON_IsNumber(cc) && cc->valuedouble >= 0 ? (int64_t)cc->valuedouble : -1;
     if (counts_from_json(&r->peer_iv_tx, p, "tx_intervals", err) ||
         counts_from_json(&r->peer_iv_rx, p, "rx_intervals", err)) {
         cJSON_Delete(p);

@@ -340,6 +340,12 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
     cJSON *polls = cJSON_AddObjectToObject(tr, "control_polls");
     cJSON_AddNumberToObject(polls, "local", (double)mine->control_polls);
     cJSON_AddNumberToObject(polls, "peer", (double)theirs->control_polls);
+    /* Where each engine ran and what share of its CPU it had during the measured phase (the
+     * explanation's "cpu" and "placement" causes read it). */
+    cJSON *cpu_use = cJSON_AddObjectToObject(rec, "cpu_use");
+    cJSON_AddItemToObject(cpu_use, "local", fs_cpu_use_json(mine));
+    const cJSON *pcu = peer_msg ? cJSON_GetObjectItemCaseSensitive(peer_msg, "cpu_use") : NULL;
+    cJSON_AddItemToObject(cpu_use, "peer", cJSON_IsObject(pcu) ? cJSON_Duplicate(pcu, 1) : cJSON_CreateNull());
     cJSON *local = cJSON_AddObjectToObject(tr, "local");
     r->bops->describe(r->be, local);
     if (r->pat != FS_PAT_LAT)
@@ -368,6 +374,9 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
     cJSON_AddItemToObject(cnt, "local", fs_counters_json(&r->cnt_before, &r->cnt_after));
     const cJSON *pc = peer_msg ? cJSON_GetObjectItemCaseSensitive(peer_msg, "counters") : NULL;
     cJSON_AddItemToObject(cnt, "peer", pc ? cJSON_Duplicate(pc, 1) : cJSON_CreateNull());
+    fs_counters_truncation_warning(cJSON_GetObjectItemCaseSensitive(cnt, "local"), "this host",
+                                   warnings);
+    fs_counters_truncation_warning(pc, "peer", warnings);
     cJSON_AddItemToObject(rec, "warnings", warnings);
 
     if (o->text) {

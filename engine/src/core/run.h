@@ -22,6 +22,11 @@ struct fs_side_view {
     uint64_t rx_span_ns;    /* first to last receive event */
     uint64_t rx_lost;       /* lossy services: sent by the peer, never arrived */
     uint64_t control_polls; /* times this side read its control channel during the phase */
+    /* The engine thread's share of a CPU during the phase (getrusage RUSAGE_THREAD around it):
+     * a busy-polling engine that got much less than its wall time, with the scheduler taking the
+     * CPU away (involuntary switches), shared its CPU with another process. */
+    uint64_t wall_ns, user_ns, sys_ns, vol_switches, invol_switches;
+    int64_t cpu; /* the CPU it was on at the end of the phase, or -1 */
 };
 
 /* Message counts per --interval of a measured bw/bibw phase: v[k] counts what completed (tx)
@@ -80,6 +85,8 @@ struct fs_run {
 enum fs_phase { FS_PHASE_WARMUP, FS_PHASE_MEASURE };
 
 /* Runs one phase (warmup or measure) for one size on this side; fills `mine`. */
+/* The side's CPU use in a phase, with its CPU's governor and NUMA node (record field "cpu_use"). */
+struct cJSON *fs_cpu_use_json(const struct fs_side_view *v);
 int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs_side_view *mine,
                  struct fs_err *err);
 /* Resolves --interval for this run (auto, off, or checked against the pattern and duration). */

@@ -43,6 +43,14 @@ RDMA_LOSS_COUNTERS = (
     "completer_retry_err", "out_of_sequence", "packet_seq_err", "local_ack_timeout_err",
     "implied_nak_seq_err", "rnr_nak_retry_err",
 )
+# A busy-polling engine owns its CPU: below this share of the phase's wall time on CPU, with the
+# scheduler taking the CPU away at least this often, something else ran there. (A lone busy poller
+# runs > 95 %; two on one CPU get ~50 % each, taken off every few ms.) A blocking engine sleeps by
+# design, so only involuntary switches count there, at a higher rate.
+CPU_SHARE_MIN = 0.80
+CPU_TAKEN_MIN = 20
+CPU_TAKEN_RATE = 20.0
+CPU_TAKEN_RATE_BLOCK = 200.0
 NETDEV_LOSS_COUNTERS = ("rx_dropped", "tx_dropped", "rx_errors", "tx_errors", "rx_missed_errors",
                         "rx_crc_errors")
 
@@ -299,19 +307,58 @@ def _mtu(rec: Mapping[str, Any]) -> Cause:
     return Cause("mtu", "clear", f"path MTU {_fmt(path)} B, {dev} MTU {_fmt(netdev)} B")
 
 
+def _cpu_sides(rec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(side, its ``cpu_use``) for the sides whose engine reported its CPU use in the phase."""
+    use = _m(rec, "cpu_use")
+    return [(side, _m(use, side)) for side in ("local", "peer") if _n(_m(use, side), "wall_ns")]
+
+
+def _where(cu: Mapping[str, Any]) -> str:
+    cpu, node = _n(cu, "cpu"), _n(cu, "numa_node")
+    if cpu is None:
+        return "on an unknown CPU"
+    return f"on CPU {cpu}" + (f" (NUMA node {node})" if node is not None else "")
+
+
 def _placement(rec: Mapping[str, Any]) -> Cause:
     local = _m(_m(rec, "transport"), "local")
     dev = local.get("address_owner") or local.get("netdev") or local.get("device")
+    ran = "; ".join(f"{side} engine {_where(cu)}" for side, cu in _cpu_sides(rec))
+    ran = f" ({ran})" if ran else ""
     if dev in ("lo",) or (isinstance(dev, str) and dev.startswith(("veth", "br", "ifb", "tap"))):
-        return Cause("placement", "unchecked", f"{dev} is a virtual device: it has no NUMA node")
+        return Cause("placement", "unchecked", f"{dev} is a virtual device: it has no NUMA node{ran}")
     return Cause("placement", "unchecked",
-                 "the record carries no NUMA node of the engines' CPUs or of the device (the engine does not "
-                 "report them yet)")
+                 f"the record carries no NUMA node of the device (the engine does not report it yet){ran}")
 
 
 def _cpu(rec: Mapping[str, Any]) -> Cause:
-    return Cause("cpu", "unchecked", "the record carries no engine CPU time over the measured phase (the engine "
-                                     "does not report it yet)")
+    """Another process on an engine's CPU: a busy-polling engine should own its CPU for the whole
+    phase; one that ran for much less than the wall time while the scheduler took the CPU away
+    (involuntary switches) shared it. A blocking engine leaves its CPU by design, so only being
+    taken off it while runnable counts there."""
+    sides = _cpu_sides(rec)
+    if not sides:
+        return Cause("cpu", "unchecked", "the record carries no engine CPU use over the measured phase (an engine "
+                                         "older than this front end)")
+    busy = _m(rec, "transport").get("poll") != "block"
+    seen: list[str] = []
+    clear: list[str] = []
+    for side, cu in sides:
+        wall_s = (_n(cu, "wall_ns") or 0) / 1e9
+        share = ((_n(cu, "user_ns") or 0) + (_n(cu, "sys_ns") or 0)) / 1e9 / wall_s
+        taken = _n(cu, "involuntary_switches") or 0
+        rate = taken / wall_s
+        facts = (f"the {side} engine {_where(cu)} ran {share:.0%} of the {wall_s:.2f} s phase, "
+                 f"taken off its CPU {_fmt(taken)} times ({rate:.0f}/s)")
+        shared = (share < CPU_SHARE_MIN and taken >= CPU_TAKEN_MIN and rate >= CPU_TAKEN_RATE) if busy else (
+            taken >= CPU_TAKEN_MIN and rate >= CPU_TAKEN_RATE_BLOCK)
+        (seen if shared else clear).append(facts)
+    if seen:
+        return Cause("cpu", "seen", "; ".join(seen) + ": another process shared its CPU",
+                     cost="the time the engine waited for its CPU lands in the latency tail and the bandwidth",
+                     fix="give each engine a CPU of its own (--cpu N, or the launcher's binding) and move what runs "
+                         "there (`ps -eLo psr,pid,comm | sort -n` lists who runs where)")
+    return Cause("cpu", "clear", "; ".join(clear))
 
 
 def _expected(rec: Mapping[str, Any]) -> tuple[float | None, str, float | None]:
