@@ -27,6 +27,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
@@ -75,8 +76,8 @@ def main() -> int:
     ns = ap.parse_args()
     rule = Rule()
     started = time.monotonic()
-    aa: list[dict[str, object]] = []
-    slow: list[dict[str, object]] = []
+    aa: list[dict[str, Any]] = []
+    slow: list[dict[str, Any]] = []
     for i in range(ns.pairs):
         # Interleave A/A and slowdown pairs so both see the same machine load over time.
         base, cur = sides("busy", "busy", ns.runs, ns.iters)

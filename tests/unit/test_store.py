@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -114,8 +115,8 @@ def test_kill_9_at_any_moment_loses_at_most_the_record_being_written(tmp_path: P
         # Only whole lines: the kill can fall inside a print, and "9" of "9 1536" is no count.
         whole = out.split("\n")[:-1]
         if whole:
-            run, count = whole[-1].split()
-            printed[int(run)] = int(count)
+            run_id, committed = whole[-1].split()
+            printed[int(run_id)] = int(committed)
     assert printed, "no writer committed anything before its kill: the machine is too slow for this test"
     with open_store(db) as store:
         assert store.integrity() == "ok"
@@ -384,6 +385,7 @@ def test_exported_records_keep_their_runs_for_compare(tmp_path: Path) -> None:
         out = fabscope("history", "export", "--tag", tag, "--store", str(db))
         lines = [json.loads(line) for line in out.stdout.splitlines()]
         assert [r["run"]["tag"] for r in lines] == [tag] * 5 and len({r["run"]["id"] for r in lines}) == 5
+        assert all(datetime.fromisoformat(r["run"]["started_at"]).tzinfo for r in lines)  # when, with its zone
         files.append(tmp_path / f"{tag}.jsonl")
         files[-1].write_text(out.stdout)
     out = fabscope("compare", *map(str, files), "--format", "json")
@@ -396,6 +398,8 @@ def test_tags_that_read_as_runs_or_files_are_refused(tag: str) -> None:
     from fabscope.cli import main
 
     assert main(["suite", "--no-store", "--tag", tag], execute=False) == 2
+    assert main(["run", "--loopback", "--tag", tag], execute=False) == 2  # the issue's `run --tag latest`
+    assert main(["run", "--loopback", "--tag", f"v-{tag.replace('/', '-').replace('.', '-')}"], execute=False) == 0
 
 
 def test_history_formats_are_honoured_or_refused(tmp_path: Path) -> None:
