@@ -38,7 +38,7 @@ if [ -z "${FABSCOPE_FAST:-}" ]; then
 fi
 
 if [ -z "${FABSCOPE_FAST:-}" ]; then
-  stage "packaging: make deb (lintian: no errors); tests/packaging installs it into a clean Debian root"
+  stage "packaging: make deb (lintian: no error or warning; kept when its inputs did not change); tests/packaging installs it"
   bash scripts/build-deb.sh
   FABSCOPE_DEB=$(ls build/deb/fabscope_*_"$(dpkg --print-architecture)".deb)
   export FABSCOPE_DEB

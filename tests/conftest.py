@@ -63,3 +63,19 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 @pytest.fixture(scope="session")
 def engine() -> Path:
     return engine_bin()
+
+
+@pytest.fixture(scope="session")
+def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fabscope .deb, built ONCE per session and shared by the tests that install it (the clean
+    Debian root in tests/packaging, the Soft-RoCE guest's `run --package`): $FABSCOPE_DEB when set
+    (scripts/test.sh builds it with `make deb`, lintian included, before pytest starts), otherwise
+    scripts/build-deb.sh builds it here into a temporary directory (about a minute on 2 CPUs)."""
+    given = os.environ.get("FABSCOPE_DEB")
+    if given:
+        return Path(given)
+    out = tmp_path_factory.mktemp("deb")
+    proc = subprocess.run(["bash", str(REPO / "scripts/build-deb.sh")], capture_output=True, text=True, timeout=900,
+                          env=dict(os.environ, FABSCOPE_DEB_DIR=str(out)), check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return Path(proc.stdout.strip().splitlines()[-1])

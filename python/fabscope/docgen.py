@@ -1,10 +1,12 @@
 """Man pages and shell completion generated from the argparse tree, so they cannot drift from the CLI.
 
-`python -m fabscope.docgen --man DIR --bash-completion FILE` writes fabscope(1), one page per
-subcommand (fabscope-run(1), ..., fabscope-testbed(1) with netns, softroce and slurm) and a bash
-completion script. `run` and `matrix` take their measurement options from the engine's option table,
-so the engine must be found (FABSCOPE_ENGINE, or installed); --no-engine leaves those options out and
-says so in the pages. The .deb build (packaging/debian/rules) runs this against the engine it built.
+`python -m fabscope.docgen --man DIR --bash-completion FILE --zsh-completion FILE
+--fish-completion FILE` writes fabscope(1), one page per subcommand (fabscope-run(1), ...,
+fabscope-testbed(1) with netns, softroce and slurm) and the completion scripts for bash, zsh and fish
+(one set of tables, one walk per shell). `run` and `matrix` take their measurement options from the
+engine's option table, so the engine must be found (FABSCOPE_ENGINE, or installed); --no-engine
+leaves those options out and says so in the pages. The .deb build (packaging/debian/rules) runs this
+against the engine it built.
 """
 
 from __future__ import annotations
@@ -235,36 +237,54 @@ def write_man_pages(root: Command, directory: Path, engine_note: str = "",
 
 
 # --------------------------------------------------------------------------
-# Bash completion.
+# Shell completion (bash, zsh, fish): one set of tables from the tree, one small walker per shell.
+
+
+@dataclass
+class CompletionTables:
+    """What every shell's completion knows, keyed by the command path as typed ("fabscope testbed netns"):
+    its subcommands, its options, and the values of options with a fixed set of choices
+    (key "fabscope run --format")."""
+
+    subs: dict[str, list[str]]
+    opts: dict[str, list[str]]
+    choices: dict[str, list[str]]
+
+
+def completion_tables(root: Command) -> CompletionTables:
+    tables = CompletionTables({}, {}, {})
+    for cmd in root.walk():
+        key = cmd.name
+        if cmd.children:
+            tables.subs[key] = [c.words[-1] for c in cmd.children]
+        if cmd.parser is not None:
+            actions = _options(cmd.parser)
+            tables.opts[key] = [o for a in actions for o in a.option_strings]
+            for a in actions:
+                if a.choices and a.option_strings:
+                    for o in a.option_strings:
+                        tables.choices[f"{key} {o}"] = [str(c) for c in a.choices]
+    return tables
+
+
+def _header(shell: str, flag: str) -> str:
+    return (f"# {shell} completion for fabscope {__version__}: generated from its argparse tree by\n"
+            f"# `python -m fabscope.docgen {flag} FILE`; do not edit.\n")
+
+
+def _sh_assoc(declare: str, name: str, table: dict[str, list[str]]) -> str:
+    """An associative array in bash/zsh syntax; values are space-separated words."""
+    rows = "\n".join(f"    [{shlex.quote(k)}]={shlex.quote(' '.join(v))}" for k, v in sorted(table.items()))
+    return f"{declare} {name}=(\n{rows}\n)"
 
 
 def bash_completion(root: Command) -> str:
     """A bash completion script for `fabscope`: subcommands, their options, and the values of
     options with a fixed set of choices; anything else completes file names."""
-    subs: dict[str, str] = {}
-    opts: dict[str, str] = {}
-    choices: dict[str, str] = {}
-    for cmd in root.walk():
-        key = cmd.name
-        if cmd.children:
-            subs[key] = " ".join(c.words[-1] for c in cmd.children)
-        if cmd.parser is not None:
-            actions = _options(cmd.parser)
-            opts[key] = " ".join(o for a in actions for o in a.option_strings)
-            for a in actions:
-                if a.choices and a.option_strings:
-                    for o in a.option_strings:
-                        choices[f"{key} {o}"] = " ".join(map(str, a.choices))
-
-    def assoc(name: str, table: dict[str, str]) -> str:
-        rows = "\n".join(f"    [{shlex.quote(k)}]={shlex.quote(v)}" for k, v in sorted(table.items()))
-        return f"declare -gA {name}=(\n{rows}\n)"
-
-    return f"""# bash completion for fabscope {__version__}: generated from its argparse tree by
-# `python -m fabscope.docgen --bash-completion FILE`; do not edit.
-{assoc("_fabscope_subs", subs)}
-{assoc("_fabscope_opts", opts)}
-{assoc("_fabscope_choices", choices)}
+    t = completion_tables(root)
+    return _header("bash", "--bash-completion") + f"""{_sh_assoc("declare -gA", "_fabscope_subs", t.subs)}
+{_sh_assoc("declare -gA", "_fabscope_opts", t.opts)}
+{_sh_assoc("declare -gA", "_fabscope_choices", t.choices)}
 
 _fabscope() {{
     local cur=${{COMP_WORDS[COMP_CWORD]}} prev=${{COMP_WORDS[COMP_CWORD-1]}}
@@ -289,15 +309,95 @@ complete -o default -F _fabscope fabscope
 """
 
 
+def zsh_completion(root: Command) -> str:
+    """The zsh completion function `_fabscope` (a #compdef file for $fpath, e.g. Debian's
+    /usr/share/zsh/vendor-completions/_fabscope; sourcing it after compinit works too): the same
+    walk as bash's over the same tables."""
+    t = completion_tables(root)
+    return "#compdef fabscope\n" + _header("zsh", "--zsh-completion") + f"""{_sh_assoc("typeset -gA", "_fabscope_subs", t.subs)}
+{_sh_assoc("typeset -gA", "_fabscope_opts", t.opts)}
+{_sh_assoc("typeset -gA", "_fabscope_choices", t.choices)}
+
+_fabscope() {{
+    local cmdpath=fabscope w i
+    local cur=${{words[CURRENT]}} prev=${{words[CURRENT-1]}}
+    for ((i = 2; i < CURRENT; i++)); do
+        w=${{words[i]}}
+        if (( ${{+_fabscope_subs[$cmdpath]}} )) && [[ " ${{_fabscope_subs[$cmdpath]}} " == *" $w "* ]]; then
+            cmdpath="$cmdpath $w"
+        fi
+    done
+    if [[ $prev == -* ]] && (( ${{+_fabscope_choices[$cmdpath $prev]}} )); then
+        compadd -- ${{=_fabscope_choices[$cmdpath $prev]}}
+    elif [[ $cur == -* ]]; then
+        compadd -- ${{=_fabscope_opts[$cmdpath]}}
+    elif (( ${{+_fabscope_subs[$cmdpath]}} )); then
+        compadd -- ${{=_fabscope_subs[$cmdpath]}}
+    else
+        _files
+    fi
+}}
+
+if [[ $funcstack[1] == _fabscope ]]; then
+    _fabscope "$@"
+else
+    compdef _fabscope fabscope
+fi
+"""
+
+
+def fish_completion(root: Command) -> str:
+    """The fish completion for `fabscope` (Debian: /usr/share/fish/vendor_completions.d/fabscope.fish):
+    the same walk over the same tables, written as fish `switch` statements."""
+    t = completion_tables(root)
+
+    def lookup(name: str, table: dict[str, list[str]]) -> str:
+        cases = "\n".join(f"        case {shlex.quote(k)}\n            printf '%s\\n' {' '.join(map(shlex.quote, v))}"
+                          for k, v in sorted(table.items()) if v)
+        return f"function {name}\n    switch $argv[1]\n{cases}\n        case '*'\n        return 1\n    end\nend\n"
+
+    return _header("fish", "--fish-completion") + lookup("__fabscope_subs", t.subs) + \
+        lookup("__fabscope_opts", t.opts) + lookup("__fabscope_choices", t.choices) + """
+function __fabscope_complete
+    set -l words (commandline -opc)
+    set -l cur (commandline -ct)
+    set -l cmdpath fabscope
+    for w in $words[2..-1]
+        if contains -- $w (__fabscope_subs "$cmdpath")
+            set cmdpath "$cmdpath $w"
+        end
+    end
+    set -l prev $words[-1]
+    if string match -q -- '-*' $prev; and __fabscope_choices "$cmdpath $prev" >/dev/null
+        __fabscope_choices "$cmdpath $prev"
+    else if string match -q -- '-*' $cur
+        __fabscope_opts "$cmdpath"
+    else if __fabscope_subs "$cmdpath" >/dev/null
+        __fabscope_subs "$cmdpath"
+    else
+        __fish_complete_path $cur
+    end
+end
+
+complete -c fabscope -e
+complete -c fabscope -f -a '(__fabscope_complete)'
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fabscope.docgen", description=__doc__.splitlines()[0])
     p.add_argument("--man", type=Path, metavar="DIR", help="write fabscope.1 and fabscope-COMMAND.1 here")
     p.add_argument("--bash-completion", type=Path, metavar="FILE", help="write the bash completion script here")
+    p.add_argument("--zsh-completion", type=Path, metavar="FILE", help="write the zsh completion (_fabscope) here")
+    p.add_argument("--fish-completion", type=Path, metavar="FILE", help="write the fish completion here")
     p.add_argument("--no-engine", action="store_true",
                    help="leave out run's and matrix's measurement options (the engine's option table)")
     args = p.parse_args(argv)
-    if args.man is None and args.bash_completion is None:
-        p.error("nothing to write: give --man DIR and/or --bash-completion FILE")
+    scripts: list[tuple[Path, Callable[[Command], str]]] = [
+        (path, write) for path, write in ((args.bash_completion, bash_completion), (args.zsh_completion, zsh_completion),
+                                          (args.fish_completion, fish_completion)) if path is not None]
+    if args.man is None and not scripts:
+        p.error("nothing to write: give --man DIR and/or --bash-completion/--zsh-completion/--fish-completion FILE")
     from .errors import FabscopeError
 
     try:
@@ -315,10 +415,10 @@ def main(argv: list[str] | None = None) -> int:
             table = option_table()
         for path in write_man_pages(root, args.man, note, table):
             print(path)
-    if args.bash_completion is not None:
-        args.bash_completion.parent.mkdir(parents=True, exist_ok=True)
-        args.bash_completion.write_text(bash_completion(root))
-        print(args.bash_completion)
+    for path, write in scripts:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(write(root))
+        print(path)
     return 0
 
 

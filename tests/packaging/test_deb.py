@@ -2,8 +2,7 @@
 run) and used there without the checkout: --version, a loopback run, doctor, the man pages, the
 completion, the serve unit (installed, not enabled) and the Grafana/Prometheus files.
 
-The package is $FABSCOPE_DEB when set (scripts/test.sh builds it once with `make deb`, lintian
-included), otherwise built here into a temporary directory by scripts/build-deb.sh."""
+The package is the session's one build (the `deb` fixture in tests/conftest.py: $FABSCOPE_DEB, or built once)."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,19 +23,6 @@ pytestmark = [
     pytest.mark.packaging,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (debootstrap, chroot, mounts)"),
 ]
-
-
-@pytest.fixture(scope="module")
-def deb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    given = os.environ.get("FABSCOPE_DEB")
-    if given:
-        yield Path(given)
-        return
-    out = tmp_path_factory.mktemp("deb")
-    proc = subprocess.run(["bash", str(REPO / "scripts/build-deb.sh")], capture_output=True, text=True, timeout=900,
-                          env=dict(os.environ, FABSCOPE_DEB_DIR=str(out)), check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    yield Path(proc.stdout.strip().splitlines()[-1])
 
 
 def _depends(deb: Path) -> list[str]:
@@ -57,10 +42,14 @@ echo "=== doctor"; rc=0; fabscope doctor --json > /tmp/doctor.json || rc=$?; ech
 python3 -c 'import json; print(json.load(open("/tmp/doctor.json"))["schema"])'
 echo "=== man"; MANWIDTH=80 man fabscope 2>&1 | head -3; man -w fabscope-run fabscope-engine
 echo "=== files"
-ls /usr/share/bash-completion/completions/fabscope /usr/share/fabscope/grafana/fabscope.json \
+ls /usr/share/bash-completion/completions/fabscope /usr/share/zsh/vendor-completions/_fabscope \
+   /usr/share/fish/vendor_completions.d/fabscope.fish /usr/share/fabscope/grafana/fabscope.json \
    /usr/share/fabscope/prometheus/fabscope-alerts.yml /etc/fabscope/serve.env /lib/systemd/system/fabscope-serve.service
 grep '^ExecStart=/usr/bin/fabscope serve' /lib/systemd/system/fabscope-serve.service
 if ls /etc/systemd/system/*.wants/fabscope-serve.service 2>/dev/null; then echo "serve-enabled"; fi
+echo "=== completion"
+bash -c '. /usr/share/bash-completion/completions/fabscope; COMP_WORDS=(fabscope testbed ne); COMP_CWORD=2; _fabscope
+         echo "${{COMPREPLY[*]}}"'
 echo "=== end"
 """
 
@@ -85,3 +74,25 @@ def test_deb_installs_and_runs_in_a_clean_debian_root(deb: Path) -> None:
     man = sections["man"]
     assert "FABSCOPE(1)" in man and "/usr/share/man/man1/fabscope-run.1.gz" in man, man
     assert "grep" not in sections["files"] and "serve-enabled" not in out, sections["files"]
+    assert sections["completion"].split() == ["netns"], sections["completion"]
+
+
+def test_deb_depends_on_runtime_libraries_only(deb: Path) -> None:
+    """Depends: the runtime libraries and python3, nothing from the build toolchain; the MPI engines'
+    libraries are Recommends; the package's version is the one version."""
+    def field(name: str) -> str:
+        return subprocess.run(["dpkg-deb", "-f", str(deb), name], capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+
+    assert field("Version") == __version__
+    depends = set(_depends(deb))
+    assert {"libcjson1", "libibverbs1", "librdmacm1", "libucx0", "libfabric1", "python3"} <= depends, depends
+    toolchain = {"cmake", "ninja-build", "pkg-config", "gcc", "cc", "make", "debhelper", "dh-python"}
+    assert not depends & toolchain and not [d for d in depends if d.endswith("-dev")], depends
+    recommends = field("Recommends")
+    assert "libopenmpi3" in recommends and "libmpich12" in recommends, recommends
+    assert not {"libopenmpi3", "libmpich12"} & depends, depends
+    contents = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True, check=True,
+                              timeout=30).stdout
+    for engine in ("fabscope-engine", "fabscope-engine-mpi-openmpi", "fabscope-engine-mpi-mpich"):
+        assert f"./usr/bin/{engine}\n" in contents, engine

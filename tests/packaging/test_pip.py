@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -58,6 +59,11 @@ def test_sdist_pip_install_in_a_clean_venv_builds_and_runs_the_engine(tmp_path: 
     assert version.stdout.startswith(f"fabscope {__version__}\n")
     assert f"engine: {venv}/bin/fabscope-engine (version {__version__})" in version.stdout, version.stdout
     assert "backends built: tcp" in version.stdout
+    # The MPI engines land beside it too (this machine has both MPIs' development packages).
+    assert f"openmpi ({venv}/bin/fabscope-engine-mpi-openmpi)" in version.stdout, version.stdout
+    wheel = subprocess.run([str(venv / "bin/python"), "-c", "import importlib.metadata as m; print(m.version('fabscope'))"],
+                           capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env, check=True)
+    assert wheel.stdout.strip() == __version__  # the wheel's metadata: the one version
 
     run = subprocess.run([str(venv / "bin/fabscope"), "run", "--loopback", "--sizes", "8", "--iters", "200",
                           "--warmup", "10", "--format", "json", "--no-store"],
@@ -78,3 +84,22 @@ def test_a_missing_library_names_the_debian_package(tmp_path: Path) -> None:
                           env=dict(os.environ, PKG_CONFIG_LIBDIR=str(empty), PKG_CONFIG_PATH=""))
     assert proc.returncode != 0
     assert "apt-get install libcjson-dev" in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_missing_backend_library_is_named_with_its_debian_package(tmp_path: Path) -> None:
+    """pkg-config that finds only cJSON: the build goes on with tcp alone and names each backend left
+    out with the package that adds it (what a pip user reads in `pip install -v`)."""
+    pc = tmp_path / "pc"
+    pc.mkdir()
+    found = subprocess.run(["pkg-config", "--variable=pcfiledir", "libcjson"], capture_output=True, text=True,
+                           timeout=30, check=True).stdout.strip()
+    (pc / "libcjson.pc").write_text((Path(found) / "libcjson.pc").read_text())
+    proc = subprocess.run(["cmake", "-S", str(REPO / "engine"), "-B", str(tmp_path / "b"), "-G", "Ninja",
+                           "-DFS_BUILD_TESTS=OFF"], capture_output=True, text=True, timeout=120, check=False,
+                          env=dict(os.environ, PKG_CONFIG_LIBDIR=str(pc), PKG_CONFIG_PATH=""))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "fabscope: backends built: tcp\n" in proc.stdout, proc.stdout
+    missing = proc.stdout.split("backends NOT built", 1)[-1].splitlines()[0]
+    for backend, package in (("verbs", "libibverbs-dev"), ("rsocket", "librdmacm-dev"), ("ucx", "libucx-dev"),
+                             ("ofi", "libfabric-dev")):
+        assert re.search(rf"\b{backend} \(apt-get install [^)]*\b{package}\b", missing), (backend, missing)

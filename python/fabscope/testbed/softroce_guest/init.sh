@@ -119,6 +119,13 @@ if [ -r "$CTL/ssh_key" ]; then
     say "stage:ssh"
 fi
 
+if [ -r "$CTL/fabscope.deb" ]; then
+    # run --package: the packaged fabscope (/usr/bin) instead of the tree on the share. The image has
+    # the package's Depends, so dpkg needs no network.
+    dpkg -i "$CTL/fabscope.deb" > /tmp/fabscope-dpkg.log 2>&1 \
+        || fail "dpkg -i of the fabscope package failed: $(tail -3 /tmp/fabscope-dpkg.log | tr '\n@' '  ')"
+    say "stage:package"
+else
 # fabscope on PATH, running the host's code from the read-only share.
 cat > /usr/local/bin/fabscope <<'EOF'
 #!/bin/sh
@@ -138,6 +145,7 @@ exec "\$e" "\$@"
 EOF
 chmod 0755 /usr/local/bin/fabscope /usr/local/bin/fabscope-engine
 export FABSCOPE_ENGINE="/fabscope/$FS_ENGINE"
+fi
 export FABSCOPE_TESTBED=softroce FABSCOPE_ROLE="$FS_ROLE" FABSCOPE_PEER="$FS_PEER_ADDR"
 export FABSCOPE_RDMA_DEV="$dev" FABSCOPE_RDMA_DEVS="$devs" FABSCOPE_OUT=/out
 export PYTHONDONTWRITEBYTECODE=1
