@@ -53,12 +53,14 @@ def record(out, rec: dict) -> None:
     print(f"[middleware] {rec['case']}: rc={rec['rc']} {rec['elapsed_s']} s", flush=True)
 
 
-def peer_case(out, name: str, server: str, client: list[str]) -> None:
+def run_peer(server: str, client: list[str], client_timeout: float = 120) -> dict:
+    """The server half in the server guest (over ssh), then the client half here; the client is
+    retried while the server is not listening yet. Both outputs and exit statuses."""
     t0 = time.monotonic()
     # The testbed's own environment (UCX_IB_GID_INDEX, FI_UNIVERSE_SIZE) does not cross ssh: the
     # server half gets this guest's values, as mpirun's -x does for the ranks.
     fwd = " ".join(f"{k}={os.environ[k]}" for k in ("UCX_IB_GID_INDEX", "FI_UNIVERSE_SIZE") if k in os.environ)
-    srv = subprocess.Popen(["ssh", "server", f"{fwd} timeout 120 sh -c '{server}'"],
+    srv = subprocess.Popen(["ssh", "server", f"{fwd} timeout {int(client_timeout)} sh -c '{server}'"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     # The server half needs a head start under TCG (ssh, then the library's start-up): a client
     # refused because it is not listening yet tries again, for at most 60 s.
@@ -66,10 +68,10 @@ def peer_case(out, name: str, server: str, client: list[str]) -> None:
     while True:
         time.sleep(4)
         try:
-            c = subprocess.run(client, capture_output=True, text=True, timeout=120)
+            c = subprocess.run(client, capture_output=True, text=True, timeout=client_timeout)
             rc, text = c.returncode, c.stdout + c.stderr
         except subprocess.TimeoutExpired:
-            rc, text = None, "client timed out after 120 s"
+            rc, text = None, f"client timed out after {client_timeout:g} s"
         refused = rc != 0 and ("Connection refused" in text or "connect() failed" in text)
         if not refused or time.monotonic() > give_up or srv.poll() is not None:
             break
@@ -78,9 +80,12 @@ def peer_case(out, name: str, server: str, client: list[str]) -> None:
     except subprocess.TimeoutExpired:
         srv.kill()
         srv_out, _ = srv.communicate()
-    record(out, {"case": name, "kind": "peer", "argv": client, "rc": rc, "server_rc": srv.returncode,
-                 "output": text[-3000:], "server_output": srv_out[-2000:],
-                 "elapsed_s": round(time.monotonic() - t0, 1)})
+    return {"argv": client, "rc": rc, "server_rc": srv.returncode, "output": text[-3000:],
+            "server_output": srv_out[-2000:], "elapsed_s": round(time.monotonic() - t0, 1)}
+
+
+def peer_case(out, name: str, server: str, client: list[str]) -> None:
+    record(out, {"case": name, "kind": "peer", **run_peer(server, client)})
 
 
 def fabscope_case(out, name: str, args: list[str], env: dict[str, str]) -> None:
@@ -124,6 +129,13 @@ def main() -> int:
         suite_case(out)
         for name, args, env in FABSCOPE:
             fabscope_case(out, name, args, env)
+    # bench/softroce_vs_middleware_peers.py in its smallest mode, in this boot (the test passes its plan)
+    plan = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_plan.json")
+    if os.path.exists(plan):
+        from middleware_bench import run_plan
+
+        with open(plan) as f:
+            run_plan(json.load(f), OUT)
     return 0
 
 

@@ -35,10 +35,13 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
         pytest.skip(reason)
     softroce.build()  # cached
     out = tmp_path_factory.mktemp("softroce-middleware")
+    plan = out / "bench_plan.json"
+    plan.write_text(json.dumps({"repeats": 1, "cases": [c.plan() for c in _bench_cases()]}))
     with open(out / "console.log", "w") as console:
         rc = softroce.run(["python3", "/fabscope-ctl/middleware_cases.py", "/out/cases"], two_guests=True,
-                          pin_cpus=True, timeout_s=1200, out_dir=out, stdout=console, stderr=console,
-                          extra_files={"middleware_cases.py": HERE / "middleware_cases.py"})
+                          pin_cpus=True, timeout_s=1500, out_dir=out, stdout=console, stderr=console,
+                          extra_files={"middleware_cases.py": HERE / "middleware_cases.py",
+                                       "middleware_bench.py": HERE / "middleware_bench.py", "bench_plan.json": plan})
     log = (out / "console.log").read_text()
     lines = (out / "client" / "cases" / "cases.jsonl").read_text().splitlines() \
         if (out / "client" / "cases" / "cases.jsonl").exists() else []
@@ -48,7 +51,27 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
     got["suite"]["summary"] = json.loads((suite / "suite.json").read_text()) if (suite / "suite.json").exists() else {}
     got["suite"]["records"] = [json.loads(line) for line in (suite / "hosts.jsonl").read_text().splitlines()] \
         if (suite / "hosts.jsonl").exists() else []
+    bench = out / "client" / "cases" / "bench.jsonl"
+    got["bench"] = {"records": [json.loads(line) for line in bench.read_text().splitlines()] if bench.exists() else []}
     return got
+
+
+# bench/softroce_vs_middleware_peers.py in its smallest mode, in this boot: one case of each peer
+# family but MPI (mpirun's start-up in both guests costs ~40 s for the pair, over this test's share of
+# guest time), one repeat, few messages; ~45 s of guest time.
+BENCH_CASES = ("ucx_tag_lat", "ofi_msg_lat", "rsocket_bw")
+
+
+def _bench_module() -> Any:
+    if str(REPO / "bench") not in sys.path:
+        sys.path.insert(0, str(REPO / "bench"))
+    import softroce_vs_middleware_peers as b
+
+    return b
+
+
+def _bench_cases() -> list[Any]:
+    return [c for c in _bench_module().cases(lat_n=100, bw_n=64) if c.name in BENCH_CASES]
 
 
 def _rows(cases: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -163,3 +186,16 @@ def test_ofi_rxm_with_the_default_universe_names_the_cq_limit(cases: dict[str, d
     case = cases["ofi_rxm_universe_256"]
     assert case["rc"] == 4, case
     assert "FI_UNIVERSE_SIZE=32" in case["stderr"] and "max_cqe" in case["stderr"], case["stderr"]
+
+
+def test_bench_beside_the_peers_measures_both_tools(cases: dict[str, dict[str, Any]]) -> None:
+    """The machinery of bench/softroce_vs_middleware_peers.py (the plan, the guest half, the parsers
+    of each peer's output and fabscope's records, the table), not the ratios, which bench/ measures."""
+    b = _bench_module()
+    rows = {r["bench"]: r for r in b.table(cases["bench"]["records"], _bench_cases())}
+    assert set(rows) == set(BENCH_CASES), cases["bench"]["records"][-1:]
+    for name, r in rows.items():
+        assert r["errors"] == [], (name, r["errors"])
+        assert r["ratios"][0] and r["ratios"][0] > 0, r
+        assert "path verified" in (r["carried_by"] or ""), r
+    assert "| ucx_tag_lat | ucx_perftest tag_lat | p50 us |" in b.render(list(rows.values()))
