@@ -43,6 +43,7 @@ class Parser(argtypes.ArgumentParser):
 
 def _add_engine_options(p: argparse.ArgumentParser, table: dict[str, Any], skip: frozenset[str] = frozenset()) -> None:
     from .engine import option_help
+    from .plan import ENGINE_DEST
 
     seen: set[str] = set(skip)
     core = p.add_argument_group("measurement options (engine)")
@@ -55,7 +56,7 @@ def _add_engine_options(p: argparse.ArgumentParser, table: dict[str, Any], skip:
             if name in CLI_MANAGED or name in seen:
                 continue
             seen.add(name)
-            kwargs: dict[str, Any] = {"dest": f"eng:{name}", "default": argparse.SUPPRESS, "help": option_help(row)}
+            kwargs: dict[str, Any] = {"dest": f"{ENGINE_DEST}{name}", "default": argparse.SUPPRESS, "help": option_help(row)}
             if row["type"] == "bool":
                 kwargs.update(nargs="?", const="true", metavar="yes|no")
             else:
@@ -64,12 +65,15 @@ def _add_engine_options(p: argparse.ArgumentParser, table: dict[str, Any], skip:
 
 
 def _engine_options(ns: argparse.Namespace) -> list[tuple[str, str]]:
-    """The engine options given on the command line, by name, in the parser's order."""
-    return [(k[4:], str(v)) for k, v in vars(ns).items() if k.startswith("eng:")]
+    from .plan import options_given
+
+    return options_given(ns)
 
 
 def _engine_args(ns: argparse.Namespace) -> list[str]:
-    return [f"--{k}={v}" for k, v in _engine_options(ns)]
+    from .plan import argv_of
+
+    return argv_of(_engine_options(ns))
 
 
 def _run(ns: argparse.Namespace) -> int:
@@ -93,6 +97,7 @@ def _run(ns: argparse.Namespace) -> int:
             progress(rec)
 
     cap = _capture_start(ns)
+    peer_cap = _peer_capture_start(ns, key, cap)
     captured: dict[str, Any] | None = None
     try:
         outcome = plan.execute(_plan(ns, key), on_record)
@@ -100,9 +105,13 @@ def _run(ns: argparse.Namespace) -> int:
         if keep:
             keep.close()
         if cap is not None:
+            from pathlib import Path
+
             from .capture import finish
 
             captured = finish(cap)
+            if peer_cap is not None:
+                captured["server"] = peer_cap.finish(Path(ns.capture))
     if progress:
         progress(None)
     if not streaming:
@@ -149,12 +158,37 @@ def _capture_start(ns: argparse.Namespace) -> Any:
         return None
     from pathlib import Path
 
-    from .capture import DEFAULT_MAX_PACKETS, DEFAULT_SNAPLEN, Capture, capture_filter, choose_netdev
+    from .capture import DEFAULT_MAX_PACKETS, Capture, capture_filter, choose_netdev
 
     netdev = choose_netdev(getattr(ns, "eng:device", None), ns.peer, bool(ns.loopback))
     bpf = capture_filter(str(getattr(ns, "eng:backend", "tcp")), bool(ns.preload))
-    return Capture.start(Path(ns.capture), netdev, bpf, ns.capture_snaplen or DEFAULT_SNAPLEN,
-                         ns.capture_max_packets or DEFAULT_MAX_PACKETS)
+    return Capture.start(Path(ns.capture), netdev, bpf, _capture_snaplen(ns), ns.capture_max_packets or DEFAULT_MAX_PACKETS)
+
+
+def _capture_snaplen(ns: argparse.Namespace) -> int:
+    from .capture import default_snaplen
+
+    cm = str(getattr(ns, "eng:cm", "false")).lower() in ("true", "yes", "1", "on")
+    return int(ns.capture_snaplen or default_snaplen(str(getattr(ns, "eng:backend", "tcp")), bool(ns.preload), cm))
+
+
+def _peer_capture_start(ns: argparse.Namespace, key: Any, local: Any) -> Any:
+    """--capture with --peer: the peer's serve captures too (capture_peer.py); if it cannot, this
+    side's capture is stopped and nothing is measured."""
+    if local is None or not ns.peer:
+        return None
+    from .capture import DEFAULT_MAX_PACKETS
+    from .capture_peer import PeerCapture
+
+    try:
+        return PeerCapture.start(ns.peer, key, str(getattr(ns, "eng:backend", "tcp")), bool(ns.preload),
+                                 _capture_snaplen(ns), ns.capture_max_packets or DEFAULT_MAX_PACKETS)
+    except FabscopeError as exc:
+        local.stop()
+        local.path.unlink(missing_ok=True)  # nothing was measured: no file either
+        said = str(exc)
+        raise FabscopeError(said if "nothing was measured" in said else f"{said}; nothing was measured",
+                            exc.exit_code) from exc
 
 
 def _capture_report(ns: argparse.Namespace, captured: dict[str, Any], streaming: bool) -> None:
@@ -308,19 +342,21 @@ def _backends(_ns: argparse.Namespace) -> int:
 
 # What `suite --peer/--hosts` uses when --launcher / --timeout are not given.
 SUITE_HOSTS_DEFAULTS: dict[str, Any] = {"launcher": "mpirun", "timeout": 10.0}
-SUITE_BACKENDS = ("tcp", "verbs", "ucx", "ofi", "mpi")
+SUITE_BACKENDS = ("tcp", "verbs", "rsocket", "ucx", "ofi", "mpi")
 
 
 def _check_suite(ns: argparse.Namespace) -> None:
     """The two-host options are refused by the loopback suite (which uses this host's defaults),
     --launcher without --hosts (it starts the MPI rows) and --key-file without --peer."""
-    given = [f"--{name.replace('_', '-')}" for name in ("device", "key_file", "launcher", "timeout")
+    given = [f"--{name.replace('_', '-')}" for name in ("device", "key_file", "launcher", "timeout", "preload_peer")
              if getattr(ns, name) is not None]
     if not (ns.peer or ns.hosts):
         _refuse(given, "a suite between two hosts (--peer HOST or --hosts A,B)", "the loopback suite", "")
     _refuse(["--launcher"] if ns.launcher is not None and not ns.hosts else [],
             "--hosts A,B (it starts the MPI rows)", "without --hosts", "")
     _refuse(["--key-file"] if ns.key_file and not ns.peer else [], "--peer HOST (the key of that host's serve)",
+            "without --peer", "")
+    _refuse(["--preload-peer"] if ns.preload_peer and not ns.peer else [], "--peer HOST (the tcp rows' peer)",
             "without --peer", "")
     for key, default in SUITE_HOSTS_DEFAULTS.items():
         if getattr(ns, key) is None:
@@ -338,7 +374,8 @@ def _suite(ns: argparse.Namespace) -> int:
         from .suite_hosts import run_suite_hosts
 
         rc = run_suite_hosts(str(ns.out), peer=ns.peer, hosts=ns.hosts, device=ns.device, key=_key(ns),
-                             launcher=ns.launcher, timeout_s=ns.timeout, quick=ns.quick, backends=ns.backends)
+                             launcher=ns.launcher, timeout_s=ns.timeout, quick=ns.quick, backends=ns.backends,
+                             preload_peer=ns.preload_peer)
         history.keep_file(ns, "suite", ns.out / "hosts.jsonl")
         return rc
     keep = history.recorder(ns, "suite")
@@ -409,9 +446,11 @@ def build_parser(with_engine: bool = True) -> Parser:
                          "the RDMA device, so a silent fallback to kernel TCP shows as misrouted")
     pk.add_argument("--capture", metavar="FILE.pcap", default=None,
                     help="capture the run's packets on the device's netdev with tcpdump (needs CAP_NET_RAW) and "
-                         "print a summary per BTH opcode (decoded by tshark)")
+                         "print a summary per BTH opcode (decoded by tshark); with --peer the peer's serve captures "
+                         "too, and its file comes back as FILE.server.pcap")
     pk.add_argument("--capture-snaplen", metavar="BYTES", type=argtypes.int_range(64, 65535), default=None,
-                    help="bytes kept of each captured packet (default 128: the headers)")
+                    help="bytes kept of each captured packet (default 128: the headers; 352 where rdma_cm connects "
+                         "(rsocket, verbs --cm), to keep the connection manager's MADs whole)")
     pk.add_argument("--capture-max-packets", metavar="N", type=argtypes.int_range(1, 10**8), default=None,
                     help="stop capturing after N packets (default 200000), so a long run cannot fill the disk")
     # The MPI options default to None so that giving one without --backend mpi can be refused
@@ -467,6 +506,10 @@ def build_parser(with_engine: bool = True) -> Parser:
                      help="two hosts for the MPI rows, started by --launcher (rank 0 on A, rank 1 on B)")
     two.add_argument("--device", metavar="NAME", default=None, help="the device every row must use (checked per row)")
     two.add_argument("--key-file", metavar="FILE", default=None, help="with --peer: the shared key of that serve")
+    two.add_argument("--preload-peer", metavar="HOST[:PORT]", type=argtypes.host_port(control.DEFAULT_PORT),
+                     default=None, help="with --peer: a `fabscope serve --preload rsocket` on the peer host, for the "
+                                        "`tcp (rspreload)` row (unmodified sockets over RDMA) beside tcp, verbs and "
+                                        "rsocket")
     two.add_argument("--launcher", choices=["mpirun", "srun"], default=None,
                      help=f"starts the MPI ranks (--hosts; default {SUITE_HOSTS_DEFAULTS['launcher']})")
     two.add_argument("--timeout", type=argtypes.finite_float(0.1, 3600), default=None,

@@ -78,6 +78,14 @@ def option_table() -> dict[str, Any]:
     return table
 
 
+def process_option_names(table: dict[str, Any] | None = None) -> frozenset[str]:
+    """The options that set one engine process's role, sockets, CPU or output (the table's
+    `process` rows): two engines on one host never share them (runner's loopback server)."""
+    table = table or option_table()
+    rows = list(table["core"]) + [row for be in table["backends"].values() for row in be["options"]]
+    return frozenset(str(row["name"]) for row in rows if row.get("process"))
+
+
 def option_help(row: dict[str, Any]) -> str:
     """One option-table row's help as every listing shows it: the text, the allowed values, the default."""
     text = str(row["help"])

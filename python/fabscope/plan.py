@@ -11,6 +11,7 @@ setting on a path of its own."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from . import runner
 from .auth import Key
 from .control import PeerBusy
-from .errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER, EXIT_USAGE, FabscopeError
+from .errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
 from .results import Result
 from .rspreload import Preload, explain_failure
 
@@ -69,6 +70,21 @@ class Agents:
 
 
 Where = Loopback | Peer | MpiLaunch | Agents
+
+
+# The dest prefix of the engine options a command's parser takes from the engine's table
+# (cli._add_engine_options): "eng:sizes" holds --sizes.
+ENGINE_DEST = "eng:"
+
+
+def options_given(ns: argparse.Namespace) -> list[tuple[str, str]]:
+    """The engine options given on a command line, by name, in the parser's order (`run`, `matrix`)."""
+    return [(k[len(ENGINE_DEST):], str(v)) for k, v in vars(ns).items() if k.startswith(ENGINE_DEST)]
+
+
+def argv_of(options: Iterable[tuple[str, str]]) -> list[str]:
+    """Engine options as the engine's argv (`--name=value`), in the order given."""
+    return [f"--{name}={value}" for name, value in options]
 
 
 def known_option_names() -> frozenset[str]:
@@ -125,7 +141,7 @@ class RunPlan:
 
     def engine_args(self) -> list[str]:
         """The options as the engine's argv (`--name=value`), in the order given."""
-        return [f"--{name}={value}" for name, value in self.options]
+        return argv_of(self.options)
 
 
 def execute(plan: RunPlan, on_record: OnResult | None = None) -> runner.RunOutcome:
@@ -133,6 +149,10 @@ def execute(plan: RunPlan, on_record: OnResult | None = None) -> runner.RunOutco
     (path verdict attached) go to on_record as they arrive and into the outcome. FabscopeError: the
     plan cannot start (exit 2 for what the launcher refuses, exit 3 for hosts it cannot reach, or a
     peer whose session cannot be opened)."""
+    return _complete(plan, _start(plan, on_record))
+
+
+def _start(plan: RunPlan, on_record: OnResult | None) -> runner.RunOutcome:
     args, timeout = plan.engine_args(), plan.timeout_s
     where = plan.where
     env = plan.preload.engine_env() if plan.preload else None
@@ -163,6 +183,19 @@ def execute(plan: RunPlan, on_record: OnResult | None = None) -> runner.RunOutco
         raise FabscopeError(str(exc), EXIT_PEER) from exc
 
 
+def _complete(plan: RunPlan, outcome: runner.RunOutcome) -> runner.RunOutcome:
+    """A run that ended without error but without a result for every size it asked (a record lost
+    on the way) fails, naming the sizes that came: never a shorter table without a word."""
+    sizes = plan.get("sizes") or ""
+    asked = [s for s in sizes.split(",") if s] if ":" not in sizes else []
+    if not outcome.error and outcome.records and len(outcome.records) < len(asked):
+        came = ", ".join(f"{r.size} B" for r in outcome.records)
+        outcome.error = (f"results came for {len(outcome.records)} of the {len(asked)} sizes asked (--sizes {sizes}): "
+                         f"{came}; the others were lost though the engine ended without an error")
+        outcome.exit_code = EXIT_MEASURE
+    return outcome
+
+
 def _explained(plan: RunPlan, outcome: runner.RunOutcome) -> runner.RunOutcome:
     """The preload's reading of a failure (rspreload.explain_failure), where the run had one."""
     if plan.preload and outcome.error:
@@ -190,3 +223,12 @@ def exit_code(outcome: runner.RunOutcome) -> int:
         return EXIT_MISROUTED
     return EXIT_OK
 
+
+def rows_exit_code(outcomes: Iterable[runner.RunOutcome]) -> int:
+    """The exit-code rule of many runs (a suite's rows): 5 when any row's bytes went elsewhere than
+    asked (the table is not what was asked for: the loudest outcome), else 1 when any row failed (a
+    row its backend cannot run, exit 6, is a note, not a failure), else 0."""
+    done = list(outcomes)
+    if any(r.misrouted for o in done for r in o.records):
+        return EXIT_MISROUTED
+    return EXIT_MEASURE if any(o.exit_code not in (EXIT_OK, EXIT_UNSUPPORTED) for o in done) else EXIT_OK

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from .auth import Key
 from .control import engine_session_args, open_session_keyed
-from .engine import engine_path
+from .engine import engine_path, process_option_names
 from .errors import EXIT_MEASURE, EXIT_PEER, FabscopeError
 from .mpirun import (
     KILL_AFTER_S,
@@ -34,9 +34,6 @@ from .results import RecordError, Result, parse_record
 Record = dict[str, Any]  # a raw engine record, before parse_record
 OnResult = Callable[[Result], None]
 
-# Engine options that describe one host only; in loopback both ends are this host, so the server
-# gets them too (device, GID index, ...) except the ones that must differ per process.
-_PER_PROCESS = {"cpu", "format", "bind", "peer", "listen", "control-fd", "session-open"}
 
 
 @dataclass
@@ -58,6 +55,14 @@ def _pin_cpus() -> tuple[int | None, int | None]:
     return None, None
 
 
+_ENGINE_LINE = re.compile(r'"schema"\s*:\s*"fabscope\.')  # in every engine output line (records, errors)
+
+
+def _shown_line(line: str, keep: int = 60) -> str:
+    line = line.strip()
+    return line if len(line) <= 2 * keep else f"{line[:keep]} ... {line[-keep:]}"
+
+
 _ENGINE_NOTE = re.compile(r"^fabscope-engine[\w-]*: note: (.*)$", re.MULTILINE)
 
 
@@ -73,6 +78,9 @@ def read_line_within(stream: IO[str], deadline: float) -> str | None:
 
 
 def _server_args(args: Sequence[str]) -> list[str]:
+    """The loopback server's share of the client's options: both ends are this host, so it gets the
+    local ones too (device, GID index, ...) except those of one process (the table's `process` rows)."""
+    per_process = process_option_names()
     out: list[str] = []
     skip_next = False
     for i, arg in enumerate(args):
@@ -80,7 +88,7 @@ def _server_args(args: Sequence[str]) -> list[str]:
             skip_next = False
             continue
         name = arg[2:].split("=", 1)[0] if arg.startswith("--") else ""
-        if name in _PER_PROCESS:
+        if name in per_process:
             skip_next = "=" not in arg and i + 1 < len(args) and not args[i + 1].startswith("--")
             continue
         out.append(arg)
@@ -125,6 +133,13 @@ def stream_client(
             try:
                 obj = json.loads(line)
             except ValueError:
+                # A line that is not JSON is a library's chatter, unless it holds an engine line: then
+                # it came damaged (a launcher mixed another process's output into it) and a size's
+                # result would be lost without a word.
+                if _ENGINE_LINE.search(line) and not outcome.error:
+                    outcome.error = (f"an engine line came damaged and was lost ({_shown_line(line)}): something "
+                                     "else wrote into the engine's output")
+                    outcome.exit_code = EXIT_MEASURE
                 continue
             if obj.get("schema", "").startswith("fabscope.error/"):
                 outcome.error = str(obj.get("message"))

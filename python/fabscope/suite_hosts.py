@@ -14,13 +14,14 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import inventory, plan
+from . import inventory, plan, runner
 from .auth import Key
-from .errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
+from .engine import backends as engine_backends
+from .errors import EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
 from .mpirun import MPI_FLAVOURS, find_mpi_engine
 from .report import charts
 from .report.charts import ComparisonRow
@@ -31,6 +32,8 @@ from .report.render import render_csv, render_json, render_md
 from .report.table import cell
 from .results import Result
 from .results.suite import SuiteSummary  # the suite's shape: owned by the result model
+from .rspreload import LABEL as PRELOAD_LABEL
+from .rspreload import Preload, find_library
 
 LAT_SIZES = "8,4K"
 BW_SIZES = "64K,1M"
@@ -51,10 +54,13 @@ class Transport:
     options: tuple[str, ...] = ()
     mpi: str | None = None
     mca: tuple[tuple[str, str], ...] = ()  # Open MPI selection (the MPI rows)
+    preload: str | None = None  # tcp under librspreload: the RDMA device the verdict judges (rspreload.py)
 
     @property
     def table_label(self) -> str:
         """The name the comparison gives this transport's records (report.figures.transport_label)."""
+        if self.preload:
+            return make_label(PRELOAD_LABEL, self.op, "")
         shown = [f"{k} {v}" for o in self.options for k, _, v in [o[2:].partition("=")]
                  if k in ("ucx-tls", "provider", "domain")]
         shown += [f"device {o.partition('=')[2]}" for o in self.options if o.startswith("--device=")]
@@ -66,6 +72,8 @@ class Transport:
     def label(self) -> str:
         extra = " ".join(self.options) + (f" --mpi={self.mpi}" if self.mpi else "")
         extra += "".join(f" --mca {k}={v}" for k, v in self.mca)
+        extra = " ".join(filter(None, (extra.strip(), f"--preload=rsocket --device={self.preload}" if self.preload
+                                       else "")))
         return f"{self.backend} {self.op}" + (f" ({extra})" if extra else "")
 
 
@@ -101,6 +109,27 @@ def _verbs_rows(inv: inventory.EngineInventory, device: str | None) -> tuple[lis
     return [], VERBS_ABSENT.format(why=f"no RDMA port is up ({ports})" + (f" on --device {device}" if device else ""))
 
 
+def _rsocket_rows(verbs: Sequence[Transport], with_preload: bool, notes: list[str]) -> list[Transport]:
+    """Sockets over RDMA beside tcp and verbs, on each RDMA device the verbs rows use: the rsocket
+    API, and (on the first device) unmodified tcp under librspreload, against the peer's `serve
+    --preload rsocket` (--preload-peer)."""
+    devices = list(dict.fromkeys(o.split("=", 1)[1] for t in verbs for o in t.options if o.startswith("--device=")))
+    rows = [Transport("rsocket", "send", (f"--device={d}",)) for d in devices] if "rsocket" in engine_backends() else []
+    if devices and "rsocket" not in engine_backends():
+        notes.append("rsocket: not in this table: the engine was built without librdmacm's rsocket (`make setup` "
+                     "with librdmacm-dev)")
+    if devices and with_preload:
+        try:
+            find_library("rsocket")
+            rows.append(Transport("tcp", "send", (), preload=devices[0]))
+        except FabscopeError as exc:
+            notes.append(f"{PRELOAD_LABEL}: not in this table: {exc.message}")
+    elif devices:
+        notes.append(f"{PRELOAD_LABEL}: not in this table: it needs a `fabscope serve --preload rsocket` on the peer "
+                     "(beside the plain one, on its own --port); give its address with --preload-peer HOST:PORT")
+    return rows
+
+
 def verbs_on_this_host(device: str | None = None) -> tuple[list[str], str | None]:
     """RDMA devices with a port up here (for verbs rows), or the line saying why there are none."""
     rows, why = _verbs_rows(inventory.query(), device)
@@ -109,7 +138,7 @@ def verbs_on_this_host(device: str | None = None) -> tuple[list[str], str | None
 
 
 def transports(inv: inventory.EngineInventory, device: str | None, with_mpi: bool,
-               with_peer: bool) -> tuple[list[Transport], list[str]]:
+               with_peer: bool, with_preload: bool = False) -> tuple[list[Transport], list[str]]:
     """Every transport to measure between the two hosts, and a line for each one left out (why)."""
     rows: list[Transport] = []
     notes: list[str] = []
@@ -122,6 +151,7 @@ def transports(inv: inventory.EngineInventory, device: str | None, with_mpi: boo
         verbs, why = _verbs_rows(inv, device)
         rows += verbs
         notes += [why] if why else []
+        rows += _rsocket_rows(verbs, with_preload, notes)
         if inv.ucx.ok:
             net = sorted({r.transport for r in inv.ucx.resources
                           if r.device_type == "net" and (not device or r.device in ucx_devs)})
@@ -171,7 +201,9 @@ def row_options(backend: str, op: str, pattern: str, quick: bool, sizes: str | N
 def _plan(t: Transport, pattern: str, quick: bool, where: plan.Where, timeout_s: float) -> plan.RunPlan:
     """A row's RunPlan: the suite's measurement, the row's own options, the suite's deadline."""
     own = [(k[2:], v) for k, _, v in (o.partition("=") for o in t.options)]
-    return plan.RunPlan.of([*row_options(t.backend, t.op, pattern, quick), *own, ("timeout", f"{timeout_s:g}")], where)
+    preload = Preload.of("rsocket", t.preload) if t.preload else None
+    return plan.RunPlan.of([*row_options(t.backend, t.op, pattern, quick), *own, ("timeout", f"{timeout_s:g}")], where,
+                           preload=preload)
 
 
 def line_rates_gbps() -> dict[str, float]:
@@ -213,14 +245,15 @@ def check_hosts(hosts: Sequence[str]) -> None:
 
 def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[str] | None = None,
                     device: str | None = None, key: Key | None = None, launcher: str = "mpirun",
-                    timeout_s: float = 10.0, quick: bool = False, backends: Sequence[str] | None = None) -> int:
+                    timeout_s: float = 10.0, quick: bool = False, backends: Sequence[str] | None = None,
+                    preload_peer: str | None = None) -> int:
     if not peer and not hosts:
         raise FabscopeError("suite: give --peer HOST (against `fabscope serve` there) and/or --hosts A,B (MPI rows)",
                             EXIT_USAGE)
     if hosts:
         check_hosts(hosts)
     inv = inventory.query()
-    rows, notes = transports(inv, device, with_mpi=bool(hosts), with_peer=bool(peer))
+    rows, notes = transports(inv, device, with_mpi=bool(hosts), with_peer=bool(peer), with_preload=bool(preload_peer))
     only_backends([t.backend for t in rows], backends, notes)
     rows = [t for t in rows if backends is None or t.backend in backends]
     if not peer:
@@ -229,7 +262,10 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     records: list[Result] = []
-    failed: list[str] = []
+    outcomes: list[runner.RunOutcome] = []
+    failed: list[str] = []  # rows (or one pattern of a row) that did not finish
+    misrouted: list[str] = []  # results whose bytes went elsewhere than asked
+    unfinished: dict[str, list[str]] = {}  # a row's patterns that failed, by its table label
     started = time.monotonic()
     where = peer or (hosts[1] if hosts else "")
     for t in rows:
@@ -242,20 +278,25 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
                 at = plan.MpiLaunch(mpi=t.mpi, launcher=launcher, hosts=tuple(hosts or ()), mca=t.mca)
             else:
                 assert peer is not None
-                at = plan.Peer(peer, key=key, wait_if_busy=True)
+                at = plan.Peer(preload_peer if t.preload and preload_peer else peer, key=key, wait_if_busy=True)
             outcome = plan.execute_row(_plan(t, pattern, quick, at, timeout_s), got.append)
             records += got
-            failed += [f"{t.label} {pattern} {r.size} B: MISROUTED: {r.path.summary}" for r in got if r.misrouted]
+            outcomes.append(outcome)
+            misrouted += [f"{t.label} {pattern} {r.size} B: MISROUTED: {r.path.summary}" for r in got if r.misrouted]
             if outcome.exit_code == EXIT_UNSUPPORTED:
                 notes.append(f"{t.label} {pattern}: unsupported: {outcome.error}")
             elif outcome.exit_code:
                 failed.append(f"{t.label} {pattern}: FAILED (exit {outcome.exit_code}): {outcome.error}")
+                unfinished.setdefault(t.table_label, []).append(pattern)
                 if outcome.exit_code == EXIT_PEER and not records:
                     # The very first run could not reach the peer: every other row would wait out its
                     # own deadline for the same reason.
                     raise FabscopeError(f"suite: {outcome.error}", EXIT_PEER)
     rates = line_rates_gbps()
-    compared = comparison_rows(records, rates)
+    # A row measured in part says which pattern failed, in its path column: never a figure left
+    # empty without a word (the reason is in the notes under the table).
+    compared = [replace(r, path=f"{r.path}; {' and '.join(unfinished[r.label])} FAILED") if r.label in unfinished
+                else r for r in comparison_rows(records, rates)]
     # A transport with no result at all still has its row: it says what became of it.
     measured = {r.label for r in compared}
     for t in rows:
@@ -268,25 +309,22 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
     print(f"# {title}: {len(records)} results in {time.monotonic() - started:.0f} s; latency = half round trip, "
           "bandwidth at the receiver (Gb/s = 10^9 bit/s)")
     print(_text_table(compared))
-    for line in notes + failed:
+    for line in notes + misrouted + failed:
         print(f"# {line}")
     summary = SuiteSummary(title=title, peer=peer, hosts=list(hosts or []), device=device, line_rates_gbps=rates,
-                           notes=notes + failed, rows=[asdict(r) for r in compared])
+                           notes=notes + misrouted + failed, rows=[asdict(r) for r in compared])
     (out / "suite.json").write_text(json.dumps(summary.to_json(), indent=1) + "\n")
     (out / "hosts.jsonl").write_text(render_json(records))
     (out / "hosts.csv").write_text(render_csv(records))
-    (out / "hosts.md").write_text(f"# {title}\n\n" + "".join(f"{n}\n\n" for n in notes + failed) + table + "\n"
+    (out / "hosts.md").write_text(f"# {title}\n\n" + "".join(f"{n}\n\n" for n in notes + misrouted + failed) + table + "\n"
                                   + render_md(records))
     written = "hosts.md, hosts.csv, hosts.jsonl, suite.json"
     if charts.available():
         (out / "report.html").write_text(render_html(ReportInput(records, title=title, line_rates=rates,
-                                                                 notes=notes + failed)))
+                                                                 notes=notes + misrouted + failed)))
         written += ", report.html"
     print(f"\nreport: {out}/{written}")
-    # A misroute is the loudest outcome (the table is not what was asked for), then a failed row.
-    if any(r.misrouted for r in records):
-        return EXIT_MISROUTED
-    return EXIT_MEASURE if failed else EXIT_OK
+    return plan.rows_exit_code(outcomes)
 
 
 def _text_table(rows: Sequence[Any]) -> str:

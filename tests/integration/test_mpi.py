@@ -130,3 +130,20 @@ def test_build_command_has_deadline() -> None:
     assert "-x" in cmd and env["UCX_TLS"] == "tcp"
     with pytest.raises(ValueError):
         build_mpi_command([], mpi="mpich", mca={"pml": "ob1"})
+
+
+@needs_openmpi
+def test_only_rank_0_records_reach_the_launchers_stdout() -> None:
+    """The launcher forwards each rank's stdout in chunks, not lines: under srun a record of rank 0 came
+    back with other output inside it and was lost. Everything but rank 0's records (rank 1, and what
+    the libraries print while MPI starts: UCX logs to stdout) goes to stderr. UCX at log level info
+    prints on both ranks; with --tag-output each stdout line names its rank."""
+    cmd, env = build_mpi_command(["--sizes", "8", "--iters", "20", "--format", "json"], mca=dict(
+        pml="ucx", pml_ucx_tls="any", pml_ucx_devices="any"), env={"UCX_TLS": "tcp,self", "UCX_LOG_LEVEL": "info"})
+    at = cmd.index("-np")
+    cmd[at:at] = ["--tag-output"]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert lines and all(line.startswith('[1,0]<stdout>:{"schema":"fabscope.') for line in lines), lines
+    assert "[1,1]<stderr>:" in out.stderr and " UCX  INFO " in out.stderr, out.stderr[-2000:]  # said, not lost

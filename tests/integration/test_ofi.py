@@ -103,6 +103,15 @@ def test_ofi_unknown_domain_is_usage_error() -> None:
     assert "eth9" in res.stderr and "lo" in res.stderr
 
 
+def test_ofi_bind_is_used_or_refused() -> None:
+    """--bind opens the endpoint on that address (the fix the domain error names); an address this host
+    does not have is exit 2 naming it, never an endpoint somewhere else."""
+    res = run_client_alone(["--backend", "ofi", "--provider", "tcp", "--bind", "192.0.2.7", "--sizes", "8"])
+    assert res.rc == 2 and "--bind '192.0.2.7': no interface on this host has that address" in res.stderr, res.stderr
+    ok = run_pair(["--backend", "ofi", "--provider", "tcp", "--bind", "127.0.0.1", "--sizes", "8", "--iters", "50"])
+    assert ok.rc == 0, ok.stderr + ok.server_stderr
+
+
 def test_ofi_missing_peer() -> None:
     res = run_client_alone(["--backend", "ofi", "--provider", "tcp", "--timeout", "3", "--sizes", "8"])
     assert res.rc == 3, res.stderr

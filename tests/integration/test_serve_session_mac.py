@@ -158,3 +158,19 @@ def test_a_changed_doctor_answer_is_refused(tmp_path: Path) -> None:
         assert relay.tampered.is_set(), "the relay never saw the answer"
         assert out.returncode == 3 and "failed its authentication" in out.stderr, (out.returncode, out.stderr)
         assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("backend", [("--backend", "tcp"), ("--backend", "ofi", "--provider", "tcp", "--ofi-ep", "msg")],
+                         ids=["tcp", "ofi-msg"])
+def test_the_data_connection_is_bound_to_a_keyed_session(tmp_path: Path, backend: tuple[str, ...]) -> None:
+    """Where fabscope owns the data connection (tcp and rsocket streams, ofi msg endpoints) it carries
+    the session's token: the run works only if the server found it (a wrong or missing token is
+    refused: the stranger test above), and both ends' records say the connection was bound."""
+    key = make_key(tmp_path / "key")
+    with serve(tmp_path, "--key-file", str(key)) as srv:
+        out = fabscope("run", "--peer", srv.addr, "--key-file", str(key), *backend, *QUICK, "--format", "json",
+                       "--no-store", timeout=60)
+    assert out.returncode == 0, out.stderr
+    record = json.loads(out.stdout.splitlines()[0])
+    sides = record["transport"]["local"], record["transport"]["peer"]
+    assert [side.get("session_bound") for side in sides] == [True, True], sides

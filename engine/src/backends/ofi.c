@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include "../core/backend.h"
+#include "../core/clock.h"
+#include "../core/ctl.h"
 #include "../core/datapath.h"
 #include "../core/inventory.h"
 
@@ -144,6 +146,14 @@ struct ofi {
     enum fi_ep_type ep_type;
     char domain_req[64];
     char source_addr[64]; /* server: where the endpoint goes when no domain is named */
+    int bind_given;       /* source_addr is --bind: used, or the run fails */
+    int bound_source;     /* the endpoint was opened on source_addr (FI_SOURCE) */
+    /* msg endpoints in a session `fabscope serve` authenticated: the client's connection request
+     * carries this token (fs_data_token of the session key) as its connection data, and the server
+     * rejects a request without it (a stranger) and waits on. */
+    int bound;
+    uint8_t token[FS_DATA_TOKEN_LEN];
+    unsigned strangers;
     double timeout_s;
     long tx_depth;
 
@@ -349,7 +359,22 @@ static int ofi_check(const struct fs_spec *spec, const void *opts, struct fs_err
         return -1;
     const struct ofi_opts *o = opts;
     const char *domain = domain_wanted(o, spec->device, err);
-    return domain ? check_names(o, domain, err) : -1;
+    if (!domain || check_names(o, domain, err))
+        return -1;
+    if (spec->bind[0]) {
+        struct ifaddrs *ifa = NULL;
+        int ok = getifaddrs(&ifa) == 0 && fs_datapath_owner(ifa, spec->bind) != NULL;
+        if (ifa)
+            freeifaddrs(ifa);
+        if (!ok) {
+            char sv[FS_SHOWN_LEN];
+            return fs_fail(err, FS_EXIT_USAGE,
+                           "--bind %s: no interface on this host has that address (`ip -br addr` "
+                           "lists them)",
+                           fs_shown(spec->bind, sv, sizeof sv));
+        }
+    }
+    return 0;
 }
 
 /* ---- setup -------------------------------------------------------------------------------- */
@@ -474,19 +499,30 @@ static int getinfo(struct ofi *f, const char *domain, struct fs_err *err)
                 fi_freeinfo(list);
                 list = bound;
                 chosen = b;
+                f->bound_source = 1;
             } else {
                 fi_freeinfo(bound);
             }
         }
     }
     fi_freeinfo(h);
+    if (chosen && f->bind_given && !f->bound_source) {
+        int e = fs_fail(err, FS_EXIT_USAGE,
+                        "--bind %s: provider %s opens no endpoint on that address%s; give an "
+                        "address of an interface it lists (`fi_info -p %s`), or leave --bind out",
+                        f->source_addr, chosen->fabric_attr->prov_name,
+                        sockaddr_format(chosen->addr_format) ? "" : " (it does not address by IP)",
+                        chosen->fabric_attr->prov_name);
+        fi_freeinfo(list);
+        return e;
+    }
     if (chosen && domain[0] && strcmp(chosen->domain_attr->name, domain) != 0) {
         int e = fs_fail(err, FS_EXIT_UNSUPPORTED,
                         "--domain/--device %s: provider %s offers this endpoint only on domain %s "
-                        "here, not on %s; name a domain it lists (`fi_info -p %s`) or bind the "
-                        "interface's address",
+                        "here, not on %s; name a domain it lists (`fi_info -p %s`), or give "
+                        "--bind ADDR with an address of %s (the endpoint is then opened on it)",
                         domain, chosen->fabric_attr->prov_name, chosen->domain_attr->name, domain,
-                        f->o.provider[0] ? f->o.provider : chosen->fabric_attr->prov_name);
+                        f->o.provider[0] ? f->o.provider : chosen->fabric_attr->prov_name, domain);
         fi_freeinfo(list);
         return e;
     }
@@ -607,12 +643,19 @@ static int ofi_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     if (f->mem_polling)
         f->block = 0;
     f->ep_type = strcmp(f->o.ep, "msg") == 0 ? FI_EP_MSG : FI_EP_RDM;
-    /* Where our endpoint goes when no domain is named: on the network of the client's --device
-     * if it named one (datapath.h), else the control connection's address. */
+    if (ctx->session_key && f->ep_type == FI_EP_MSG) {
+        f->bound = 1;
+        fs_data_token(ctx->session_key, "ofi", f->token);
+    }
+    /* Where our endpoint goes: the --bind address; else, when no domain is named, on the network
+     * of the client's --device if it named one (datapath.h), else the control connection's
+     * address. */
     snprintf(f->source_addr, sizeof f->source_addr, "%s",
-             ctx->data_local_addr ? ctx->data_local_addr
-             : ctx->ctl_local_addr ? ctx->ctl_local_addr
+             ctx->spec->bind[0]     ? ctx->spec->bind
+             : ctx->data_local_addr ? ctx->data_local_addr
+             : ctx->ctl_local_addr  ? ctx->ctl_local_addr
                                    : "");
+    f->bind_given = ctx->spec->bind[0] != 0;
     const char *domain = domain_wanted(&f->o, ctx->spec->device, err);
     if (!domain || check_names(&f->o, domain, err))
         return -1;
@@ -735,11 +778,13 @@ static int ofi_local_address(void *be, cJSON *obj, struct fs_err *err)
 }
 
 /* Waits for one connection-manager event; a deadline, not a measurement. */
-static int wait_cm(struct ofi *f, uint32_t want, struct fi_eq_cm_entry *entry, int deadline_ms,
-                   struct fs_err *err)
+static int wait_cm_data(struct ofi *f, uint32_t want, struct fi_eq_cm_entry *entry, size_t len,
+                        size_t *data_len, int deadline_ms, struct fs_err *err)
 {
     uint32_t ev = 0;
-    ssize_t n = fi_eq_sread(f->eq, &ev, entry, sizeof *entry, deadline_ms, 0);
+    ssize_t n = fi_eq_sread(f->eq, &ev, entry, len, deadline_ms, 0);
+    if (data_len)
+        *data_len = n > (ssize_t)sizeof *entry ? (size_t)n - sizeof *entry : 0;
     if (n == -FI_EAVAIL) {
         struct fi_eq_err_entry ee = {0};
         fi_eq_readerr(f->eq, &ee, 0);
@@ -757,6 +802,48 @@ static int wait_cm(struct ofi *f, uint32_t want, struct fi_eq_cm_entry *entry, i
         return fs_fail(err, FS_EXIT_PEER, "ofi: unexpected connection event %u (wanted %u)", ev,
                        want);
     return 0;
+}
+
+static int wait_cm(struct ofi *f, uint32_t want, struct fi_eq_cm_entry *entry, int deadline_ms,
+                   struct fs_err *err)
+{
+    return wait_cm_data(f, want, entry, sizeof *entry, NULL, deadline_ms, err);
+}
+
+/* The server's connection request: the first that carries the session's token (any, outside a
+ * session); the others are rejected and counted. */
+static int accept_request(struct ofi *f, int deadline_ms, struct fs_err *err)
+{
+    uint64_t deadline = fs_now_ns() + (uint64_t)deadline_ms * 1000000ull;
+    for (;;) {
+        union {
+            struct fi_eq_cm_entry e;
+            uint8_t raw[sizeof(struct fi_eq_cm_entry) + 256];
+        } req;
+        size_t got = 0;
+        int left = fs_ms_until(deadline);
+        if (left == 0 || wait_cm_data(f, FI_CONNREQ, &req.e, sizeof req, &got, left, err)) {
+            if (f->strangers)
+                return fs_fail(err, FS_EXIT_PEER,
+                               "ofi: no connection request with this session's token came within "
+                               "%d ms; %u request(s) without it were rejected (something else is "
+                               "connecting to the endpoint)",
+                               deadline_ms, f->strangers);
+            return left == 0 ? fs_fail(err, FS_EXIT_PEER,
+                                       "ofi: no connection request event within %d ms", deadline_ms)
+                             : -1;
+        }
+        uint8_t diff = f->bound && got < sizeof f->token ? 1 : 0;
+        for (size_t i = 0; f->bound && i < sizeof f->token && i < got; i++)
+            diff |= (uint8_t)(req.e.data[i] ^ f->token[i]);
+        if (!diff) {
+            f->conn = req.e.info;
+            return 0;
+        }
+        f->strangers++;
+        fi_reject(f->pep, req.e.info->handle, NULL, 0);
+        fi_freeinfo(req.e.info);
+    }
 }
 
 static void *cm_main(void *arg)
@@ -816,9 +903,8 @@ static int ofi_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
     if (f->is_server) {
         free(name);
         struct fi_eq_cm_entry entry;
-        if (wait_cm(f, FI_CONNREQ, &entry, deadline_ms, err))
+        if (accept_request(f, deadline_ms, err))
             return -1;
-        f->conn = entry.info;
         f->conn->tx_attr->op_flags |= tx_op_flags(f); /* a connection request carries none */
         if ((rc = fi_endpoint(f->domain, f->conn, &f->ep, NULL)))
             return fi_failc(err, FS_EXIT_MEASURE, "fi_endpoint (accepting)", rc);
@@ -858,7 +944,17 @@ static int ofi_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
     f->cached_name_len = sizeof f->cached_name;
     if (fi_getname(&f->ep->fid, f->cached_name, &f->cached_name_len))
         f->cached_name_len = 0;
-    if ((rc = fi_connect(f->ep, f->conn->dest_addr, NULL, 0)))
+    if (f->bound) {
+        size_t most = 0, l = sizeof most;
+        if (fi_getopt(&f->ep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &most, &l) == 0 &&
+            most < sizeof f->token)
+            return fs_fail(err, FS_EXIT_UNSUPPORTED,
+                           "ofi: provider %s carries %zu bytes of connection data, and binding a "
+                           "msg endpoint to the session takes %zu: use --ofi-ep rdm with it",
+                           f->info->fabric_attr->prov_name, most, sizeof f->token);
+    }
+    if ((rc = fi_connect(f->ep, f->conn->dest_addr, f->bound ? f->token : NULL,
+                         f->bound ? sizeof f->token : 0)))
         return fi_failc(err, FS_EXIT_PEER, "fi_connect", rc);
     /* The server accepts only after this side's answer: FI_CONNECTED is awaited by the
      * connection thread and collected in prepare. */
@@ -1070,6 +1166,8 @@ static void ofi_describe(void *be, cJSON *o)
     char buf[64];
     snprintf(buf, sizeof buf, "%u.%u", FI_MAJOR(v), FI_MINOR(v));
     cJSON_AddStringToObject(o, "libfabric_version", buf);
+    if (f->ep_type == FI_EP_MSG) /* the connection's binding to the session (serve's runs) */
+        cJSON_AddBoolToObject(o, "session_bound", f->bound);
     if (!f->info)
         return;
     /* The names come from the info the fabric and domain were opened with: a connection

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "../core/backend.h"
+#include "../core/clock.h"
 #include "../core/datapath.h"
 #include "stream_io.h"
 
@@ -140,6 +141,8 @@ static int rs_name(int fd, int local, struct sockaddr *sa, socklen_t *len)
  * messages and waited for the peer's count never came back (block mode hung after the warmup).
  * Upstream fix: rdma-core a1747742e. fs_pollwait puts a timerfd in the set and waits without a
  * timeout, which rpoll ends on the path that keeps its count right. */
+static int rs_accepted(struct fs_stream *s, int fd, struct fs_err *err);
+
 static const struct fs_stream_calls rs_calls = {
     .backend = "rsocket",
     .conn = "connection",
@@ -150,6 +153,9 @@ static const struct fs_stream_calls rs_calls = {
     .poll = rpoll,
     .close = rclose,
     .name = rs_name,
+    .accept = raccept,
+    .accepted = rs_accepted,
+    .no_client_hint = "is its RDMA device on the same network?",
 };
 
 /* SOL_RDMA and buffer settings: rsocket takes them only before rconnect/rlisten. */
@@ -185,6 +191,11 @@ static int nonblock(struct rs *r, int fd, struct fs_err *err)
     if (fl < 0 || rfcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
         return fs_stream_fail_errno(&r->s, err, FS_EXIT_MEASURE, "rfcntl O_NONBLOCK");
     return 0;
+}
+
+static int rs_accepted(struct fs_stream *s, int fd, struct fs_err *err)
+{
+    return nonblock((struct rs *)s, fd, err);
 }
 
 /* The address --device's netdev gives the data path (IPv4 first); 0 when it has one. */
@@ -251,19 +262,8 @@ static int rs_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
 static int rs_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_err *err)
 {
     struct rs *r = be;
-    if (r->s.is_server) {
-        if (fs_stream_wait(&r->s, r->s.listen_fd, POLLIN, deadline_ms) <= 0)
-            return fs_fail(err, FS_EXIT_PEER,
-                           "rsocket: the client did not connect to %s within %d ms (is its RDMA "
-                           "device on the same network?)",
-                           r->listen_addr, deadline_ms);
-        r->s.fd = raccept(r->s.listen_fd, NULL, NULL);
-        if (r->s.fd < 0)
-            return fs_stream_fail_errno(&r->s, err, FS_EXIT_PEER, "raccept the data connection");
-        rclose(r->s.listen_fd);
-        r->s.listen_fd = -1;
-        return nonblock(r, r->s.fd, err);
-    }
+    if (r->s.is_server)
+        return fs_stream_accept(&r->s, r->listen_addr, deadline_ms, err);
     const char *addr;
     int port;
     struct addrinfo *res = NULL;
@@ -305,6 +305,8 @@ static int rs_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_er
                          addr, port, strerror(soerr));
     }
     freeaddrinfo(res);
+    if (rc == 0)
+        rc = fs_stream_send_token(&r->s, r->s.fd, deadline_ms, err);
     return rc;
 }
 
@@ -328,6 +330,7 @@ static void rs_describe(void *be, cJSON *o)
 {
     struct rs *r = be;
     cJSON_AddStringToObject(o, "kind", "rsocket");
+    cJSON_AddBoolToObject(o, "session_bound", r->s.bound); /* its token checked (serve's runs) */
     if (r->s.fd < 0)
         return;
     char buf[128], ip[INET6_ADDRSTRLEN], dev[64] = "";

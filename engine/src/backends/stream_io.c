@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "stream_io.h"
 
+#include "../core/clock.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <net/if.h>
@@ -24,7 +26,94 @@ void *fs_stream_new(size_t size, const struct fs_stream_calls *c, const struct f
     s->is_server = ctx->is_server;
     s->listen_fd = s->fd = -1;
     s->pw.tfd = -1;
+    if (ctx->session_key) {
+        s->bound = 1;
+        fs_data_token(ctx->session_key, c->backend, s->token);
+    }
     return s;
+}
+
+int fs_stream_token_ok(struct fs_stream *s, int fd, int ms)
+{
+    if (!s->bound)
+        return 1;
+    uint8_t got[FS_DATA_TOKEN_LEN];
+    size_t have = 0;
+    uint64_t deadline = fs_now_ns() + (uint64_t)ms * 1000000ull;
+    while (have < sizeof got) {
+        int left = fs_ms_until(deadline);
+        if (left == 0 || fs_stream_wait(s, fd, POLLIN, left) <= 0)
+            break;
+        ssize_t n = s->c->recv(fd, got + have, sizeof got - have, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            break;
+        if (n > 0)
+            have += (size_t)n;
+    }
+    uint8_t diff = have == sizeof got ? 0 : 1;
+    for (size_t i = 0; i < have; i++)
+        diff |= (uint8_t)(got[i] ^ s->token[i]);
+    if (diff)
+        s->strangers++;
+    return diff == 0;
+}
+
+int fs_stream_accept(struct fs_stream *s, const char *listen_addr, int deadline_ms,
+                     struct fs_err *err)
+{
+    uint64_t deadline = fs_now_ns() + (uint64_t)deadline_ms * 1000000ull;
+    for (;;) {
+        int left = fs_ms_until(deadline);
+        if (left == 0 || fs_stream_wait(s, s->listen_fd, POLLIN, left) <= 0) {
+            if (s->strangers)
+                return fs_fail(err, FS_EXIT_PEER,
+                               "%s: no %s with this session's token reached %s within %d ms; %u "
+                               "connection(s) without it were closed (something else is "
+                               "connecting to the data port)",
+                               s->c->backend, s->c->conn, listen_addr, deadline_ms, s->strangers);
+            return fs_fail(err, FS_EXIT_PEER, "%s: the client did not open the %s to %s within %d ms (%s)",
+                           s->c->backend, s->c->conn, listen_addr, deadline_ms, s->c->no_client_hint);
+        }
+        int fd = s->c->accept(s->listen_fd, NULL, NULL);
+        if (fd < 0) {
+            char what[64];
+            snprintf(what, sizeof what, "%saccept the %s", s->c->fn, s->c->conn);
+            return fs_stream_fail_errno(s, err, FS_EXIT_PEER, what);
+        }
+        if (s->c->accepted(s, fd, err)) {
+            s->c->close(fd);
+            return -1;
+        }
+        int ms = fs_ms_until(deadline);
+        if (fs_stream_token_ok(s, fd, ms < 2000 ? ms : 2000)) {
+            s->fd = fd;
+            break;
+        }
+        s->c->close(fd);
+    }
+    s->c->close(s->listen_fd);
+    s->listen_fd = -1;
+    return 0;
+}
+
+int fs_stream_send_token(struct fs_stream *s, int fd, int ms, struct fs_err *err)
+{
+    size_t off = 0;
+    uint64_t deadline = fs_now_ns() + (uint64_t)ms * 1000000ull;
+    while (s->bound && off < sizeof s->token) {
+        ssize_t n = s->c->send(fd, s->token + off, sizeof s->token - off,
+                               MSG_DONTWAIT | s->c->send_flags);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        int left = fs_ms_until(deadline);
+        if ((n < 0 && errno != EAGAIN && errno != EINTR) || left == 0 ||
+            fs_stream_wait(s, fd, POLLOUT, left) <= 0)
+            return fs_fail(err, FS_EXIT_PEER, "%s: could not send the session token on the %s: %s",
+                           s->c->backend, s->c->conn, n < 0 ? strerror(errno) : "timed out");
+    }
+    return 0;
 }
 
 void fs_stream_teardown(void *be)

@@ -12,8 +12,10 @@
 #include <sys/types.h>
 
 #include "../core/backend.h"
+#include "../core/ctl.h"
 #include "../core/pollwait.h"
 
+struct fs_stream;
 struct fs_stream_calls {
     const char *backend; /* "tcp": the first word of every message */
     const char *conn;    /* what messages call the connection: "data connection" */
@@ -25,6 +27,10 @@ struct fs_stream_calls {
     int (*close)(int fd);
     /* getsockname (local) or getpeername */
     int (*name)(int fd, int local, struct sockaddr *sa, socklen_t *len);
+    int (*accept)(int fd, struct sockaddr *sa, socklen_t *len);
+    /* Made ready for the data path once accepted (close-on-exec, non-blocking): 0, or -1 with err. */
+    int (*accepted)(struct fs_stream *s, int fd, struct fs_err *err);
+    const char *no_client_hint; /* why a client may never connect: "a firewall between the hosts?" */
 };
 
 /* The first member of a stream backend's private struct (a static assertion there says so): the
@@ -38,6 +44,12 @@ struct fs_stream {
     uint64_t size;
     uint64_t tx_pending, tx_off, tx_completed;
     uint64_t rx_partial;
+    /* In a session `fabscope serve` authenticated: the data connection's first bytes are this
+     * token (fs_data_token of the session key and the backend's name), sent by the client and
+     * checked by the server before it takes the connection. */
+    int bound;
+    uint8_t token[FS_DATA_TOKEN_LEN];
+    unsigned strangers; /* connections the server closed for want of the token */
 };
 
 /* The setup hook's first step: a zeroed backend struct of `size` bytes (it starts with its
@@ -45,6 +57,16 @@ struct fs_stream {
  * hook accepts that state). NULL when out of memory (err says so). */
 void *fs_stream_new(size_t size, const struct fs_stream_calls *c, const struct fs_be_ctx *ctx,
                     void **out, struct fs_err *err);
+/* The server's data connection: the first one on s->listen_fd within deadline_ms that carries the
+ * session's token (fs_stream_token_ok; strangers are closed and the wait goes on), made ready by
+ * c->accepted, into s->fd; the listening socket is then closed. listen_addr is for messages. */
+int fs_stream_accept(struct fs_stream *s, const char *listen_addr, int deadline_ms,
+                     struct fs_err *err);
+/* The data connection's binding to the session (nothing to do outside one). Server: whether the
+ * fresh connection fd starts with the token (read within ms; a stranger is counted and the caller
+ * closes it and waits on). Client: sends the token on its fresh connection (0, or -1 with err). */
+int fs_stream_token_ok(struct fs_stream *s, int fd, int ms);
+int fs_stream_send_token(struct fs_stream *s, int fd, int ms, struct fs_err *err);
 /* "<backend>: <what>: strerror(errno)"; returns -1. */
 int fs_stream_fail_errno(const struct fs_stream *s, struct fs_err *err, int code, const char *what);
 /* Buffers for messages up to max_size (64 KiB at least), the send side filled. */

@@ -57,9 +57,6 @@ struct tcp {
     char bind_addr[128];
     char listen_addr[128];
     int sndbuf_eff, rcvbuf_eff;
-    int bound;                          /* a session key: data connections carry its token */
-    uint8_t token[FS_DATA_TOKEN_LEN];   /* fs_data_token, the data connection's first bytes */
-    unsigned strangers;                 /* connections to the data port without the token */
     /* TCP_INFO tcpi_total_retrans and tcpi_dsack_dups when the last phase began (-1: not read):
      * describe() reports the segments this socket retransmitted since (the measured phase), and
      * how many of them the receiver reported as duplicates (spurious: a late ACK, not a loss). */
@@ -132,6 +129,17 @@ static int tcp_name(int fd, int local, struct sockaddr *sa, socklen_t *len)
 /* Kernel sockets. Under librspreload (`--preload rsocket`) these calls are rsocket's, and poll()
  * is rpoll, which before librdmacm v63 stops timing out after its first timeout: fs_stream_wait
  * goes through fs_pollwait (see pollwait.h), for kernel sockets the same wait. */
+/* accept() and fcntl(), not accept4(): librspreload intercepts accept4 only from librdmacm v63 on
+ * (Debian 12 has v44), and the un-intercepted call on its socket reads "Socket operation on
+ * non-socket". */
+static int tcp_accepted(struct fs_stream *s, int fd, struct fs_err *err)
+{
+    (void)s;
+    (void)err;
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    return 0;
+}
+
 static const struct fs_stream_calls tcp_calls = {
     .backend = "tcp",
     .conn = "data connection",
@@ -142,6 +150,9 @@ static const struct fs_stream_calls tcp_calls = {
     .poll = poll,
     .close = close,
     .name = tcp_name,
+    .accept = accept,
+    .accepted = tcp_accepted,
+    .no_client_hint = "a firewall between the hosts?",
 };
 
 /* Options that must be set before connect/listen (window scaling is negotiated at SYN). */
@@ -199,10 +210,6 @@ static int tcp_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
         return -1;
     if (fs_stream_buffers(&t->s, ctx->max_size, err))
         return -1;
-    if (ctx->session_key) {
-        t->bound = 1;
-        fs_data_token(ctx->session_key, "tcp", t->token);
-    }
     if (!t->s.is_server)
         return 0;
     struct addrinfo *res = NULL;
@@ -223,94 +230,12 @@ static int tcp_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     return rc;
 }
 
-static int remaining(uint64_t deadline)
-{
-    uint64_t now = fs_now_ns();
-    return now >= deadline ? 0 : (int)((deadline - now + 999999) / 1000000);
-}
-
-/* Whether a fresh connection starts with the session's token (read within `ms`, at most). */
-static int has_token(struct tcp *t, int fd, int ms)
-{
-    uint8_t got[FS_DATA_TOKEN_LEN];
-    size_t have = 0;
-    uint64_t deadline = fs_now_ns() + (uint64_t)ms * 1000000ull;
-    while (have < sizeof got) {
-        int left = remaining(deadline);
-        if (left == 0 || fs_stream_wait(&t->s, fd, POLLIN, left) <= 0)
-            return 0;
-        ssize_t n = recv(fd, got + have, sizeof got - have, MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-            return 0;
-        if (n > 0)
-            have += (size_t)n;
-    }
-    uint8_t diff = 0;
-    for (size_t i = 0; i < sizeof got; i++)
-        diff |= (uint8_t)(got[i] ^ t->token[i]);
-    return diff == 0;
-}
-
-/* Sends the token on the client's fresh data connection (blocking until sent or the deadline). */
-static int send_token(struct tcp *t, int fd, int ms, struct fs_err *err)
-{
-    size_t off = 0;
-    uint64_t deadline = fs_now_ns() + (uint64_t)ms * 1000000ull;
-    while (off < sizeof t->token) {
-        ssize_t n = send(fd, t->token + off, sizeof t->token - off, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n > 0) {
-            off += (size_t)n;
-            continue;
-        }
-        int left = remaining(deadline);
-        if ((n < 0 && errno != EAGAIN && errno != EINTR) || left == 0 ||
-            fs_stream_wait(&t->s, fd, POLLOUT, left) <= 0)
-            return fs_fail(err, FS_EXIT_PEER, "tcp: could not send the session token on the data "
-                                              "connection: %s",
-                           n < 0 ? strerror(errno) : "timed out");
-    }
-    return 0;
-}
-
 static int tcp_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_err *err)
 {
     struct tcp *t = be;
-    if (t->s.is_server) {
-        uint64_t deadline = fs_now_ns() + (uint64_t)deadline_ms * 1000000ull;
-        for (;;) {
-            int left = remaining(deadline);
-            if (left == 0 || fs_stream_wait(&t->s, t->s.listen_fd, POLLIN, left) <= 0) {
-                if (t->strangers)
-                    return fs_fail(err, FS_EXIT_PEER,
-                                   "tcp: no data connection with this session's token reached %s "
-                                   "within %d ms; %u connection(s) without it were closed "
-                                   "(something else is connecting to the data port)",
-                                   t->listen_addr, deadline_ms, t->strangers);
-                return fs_fail(err, FS_EXIT_PEER,
-                               "tcp: the client did not open the data connection to %s within %d "
-                               "ms (a firewall between the hosts?)",
-                               t->listen_addr, deadline_ms);
-            }
-            /* accept() and fcntl(), not accept4(): librspreload intercepts accept4 only from
-             * librdmacm v63 on (Debian 12 has v44), and the un-intercepted call on its socket
-             * reads "Socket operation on non-socket". */
-            t->s.fd = accept(t->s.listen_fd, NULL, NULL);
-            if (t->s.fd < 0)
-                return fs_stream_fail_errno(&t->s, err, FS_EXIT_PEER, "accept the data connection");
-            fcntl(t->s.fd, F_SETFD, FD_CLOEXEC);
-            /* In a session `fabscope serve` authenticated, the data connection is the one that
-             * proves the session key; any other is closed and the wait goes on. */
-            int ms = remaining(deadline);
-            if (!t->bound || has_token(t, t->s.fd, ms < 2000 ? ms : 2000))
-                break;
-            t->strangers++;
-            close(t->s.fd);
-            t->s.fd = -1;
-        }
-        close(t->s.listen_fd);
-        t->s.listen_fd = -1;
-        return postconnect(t, t->s.fd, err);
-    }
+    if (t->s.is_server)
+        return fs_stream_accept(&t->s, t->listen_addr, deadline_ms, err) ? -1
+                                                                       : postconnect(t, t->s.fd, err);
     const char *addr;
     int port;
     struct addrinfo *res = NULL;
@@ -348,8 +273,8 @@ static int tcp_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
                          t->device[0] ? " (is the peer reachable through --device?)" : "");
     }
     freeaddrinfo(res);
-    if (rc == 0 && t->bound)
-        rc = send_token(t, fd, deadline_ms, err);
+    if (rc == 0)
+        rc = fs_stream_send_token(&t->s, fd, deadline_ms, err);
     return rc ? rc : postconnect(t, fd, err);
 }
 
@@ -358,6 +283,7 @@ static void tcp_describe(void *be, cJSON *o)
     struct tcp *t = be;
     char buf[128], ip[INET6_ADDRSTRLEN], dev[IF_NAMESIZE + 1];
     cJSON_AddStringToObject(o, "kind", "tcp");
+    cJSON_AddBoolToObject(o, "session_bound", t->s.bound); /* its token checked (serve's runs) */
     if (t->s.fd < 0)
         return;
     fs_stream_name(&t->s, 1, buf, sizeof buf, ip, sizeof ip);
@@ -386,6 +312,8 @@ static void tcp_describe(void *be, cJSON *o)
     memset(&ti, 0, sizeof ti);
     if (getsockopt(t->s.fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0) {
         cJSON_AddNumberToObject(o, "path_mtu", ti.tcpi_pmtu);
+        /* The smoothed round trip at the end of the phase: the buffers' bandwidth-delay product. */
+        cJSON_AddNumberToObject(o, "rtt_us", ti.tcpi_rtt);
         if (t->retrans_base >= 0 && (long long)ti.tcpi_total_retrans >= t->retrans_base)
             cJSON_AddNumberToObject(o, "phase_retransmitted_segments",
                                     (double)((long long)ti.tcpi_total_retrans - t->retrans_base));

@@ -42,6 +42,14 @@ static inline uint64_t fs_now_ns(void)
     return fs_monotonic_ns();
 }
 
+/* Whole milliseconds from now until deadline_ns (fs_now_ns time), rounded up; 0 once it passed:
+ * a wait's poll timeout. */
+static inline int fs_ms_until(uint64_t deadline_ns)
+{
+    uint64_t now = fs_now_ns();
+    return now >= deadline_ns ? 0 : (int)((deadline_ns - now + 999999) / 1000000);
+}
+
 struct fs_clock_info {
     const char *source;
     double overhead_ns;  /* mean cost of one read */

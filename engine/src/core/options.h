@@ -25,6 +25,9 @@ enum fs_opt_type {
 #define FS_OPTF_LOCAL 0x1u
 /* Set on the command line only, never echoed (e.g. --help). */
 #define FS_OPTF_NOECHO 0x2u
+/* Sets this one engine process's role, sockets, CPU or output: two engines on one host (a
+ * loopback run) never share it, whereas they share the other local options (device, ...). */
+#define FS_OPTF_PROCESS 0x4u
 
 struct fs_option {
     const char *name;

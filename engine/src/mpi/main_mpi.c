@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <mpi.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -271,11 +272,25 @@ int main(int argc, char **argv)
     int bad = check_host_options(argc, argv);
     if (bad)
         return bad;
+    /* The launcher (srun, mpirun) forwards every rank's stdout in chunks, not lines: whatever
+     * rank 1 or the MPI and UCX libraries print there (UCX logs to stdout) can land inside one of
+     * rank 0's 8 KB record lines and damage it (seen under srun on a busy machine: the 1 MiB
+     * record lost). So from MPI_Init on, stdout is stderr in every rank; rank 0 gets its own back
+     * once it knows it is rank 0. */
+    fflush(stdout);
+    int records_fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (records_fd >= 0)
+        dup2(STDERR_FILENO, STDOUT_FILENO);
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SINGLE, &provided);
     /* The mpi backend reads the library's control variables (MPI_T) to report its choices. */
     MPI_T_init_thread(MPI_THREAD_SINGLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    fflush(stdout); /* what the libraries said while starting goes where stdout was: stderr */
+    if (rank == 0 && records_fd >= 0) /* rank 0 (or a singleton) prints the records */
+        dup2(records_fd, STDOUT_FILENO);
+    if (records_fd >= 0)
+        close(records_fd);
     if (size == 1) {
         /* A singleton (started without a launcher): the plain engine flows, so a client can
          * still be pointed at a server by hand; the mpi backend itself needs 2 ranks. */

@@ -121,12 +121,8 @@ def read_hostfile(path: Path) -> list[str]:
     return hosts
 
 
-def _engine_options(ns: argparse.Namespace) -> list[tuple[str, str]]:
-    return [(k[4:], str(v)) for k, v in vars(ns).items() if k.startswith("eng:")]
-
-
 def _engine_args(ns: argparse.Namespace) -> list[str]:
-    return [f"--{k}={v}" for k, v in _engine_options(ns)]
+    return plan.argv_of(plan.options_given(ns))
 
 
 def _schedule(ns: argparse.Namespace, hosts: list[str]) -> schedmod.Schedule:
@@ -216,7 +212,7 @@ def run_matrix(ns: argparse.Namespace) -> int:
     # Every pair's measurement, as `fabscope run` builds one (plan.py); each pair adds its pattern and hosts.
     where: plan.Where = (plan.MpiLaunch(mpi=ns.mpi, launcher=ns.launcher, mca=tuple(ns.mca or ()),
                                         env=tuple(ns.env or ())) if backend == "mpi" else plan.Agents())
-    pair_plan = plan.RunPlan.of(_engine_options(ns), where)
+    pair_plan = plan.RunPlan.of(plan.options_given(ns), where)
     progress, stop_progress = _progress(sched.rounds * len(ns.patterns) * (2 if ns.directions == "both" else 1))
     try:
         if backend == "mpi":
