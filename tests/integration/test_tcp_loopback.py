@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from conftest import fabscope, json_lines
@@ -121,3 +123,22 @@ def test_the_engine_reads_its_control_channel_rarely_while_it_measures() -> None
     polls = bw["transport"]["control_polls"]
     assert 0 < polls["local"] <= bw["duration_s"] / 0.1 + 1, (polls, bw["duration_s"])
     assert 0 < polls["peer"] <= bw["duration_s"] / 0.1 + 50, (polls, bw["duration_s"])
+
+
+def test_a_host_with_more_devices_than_a_snapshot_holds_says_so(tmp_path: Path) -> None:
+    """The per-run snapshot holds 128 netdevs and RDMA ports; past that it reports, not stops silently."""
+    for i in range(130):
+        stats = tmp_path / "class" / "net" / f"veth{i}" / "statistics"
+        stats.mkdir(parents=True)
+        (stats / "tx_bytes").write_text(f"{i}\n")
+    port = tmp_path / "class" / "infiniband" / "rxe0" / "ports" / "1"
+    (port / "counters").mkdir(parents=True)
+    (port / "counters" / "port_xmit_data").write_text("7\n")
+    out = fabscope("run", "--loopback", "--format", "json", "--sizes", "64", "--iters", "50",
+                   env={"FABSCOPE_SYSFS_ROOT": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    (rec,) = json_lines(out.stdout)
+    for side in ("local", "peer"):
+        assert rec["counters"][side]["truncated"] == {"limit": 128, "not_read": 3}
+        assert len(rec["counters"][side]["net"]) == 128
+    assert [w for w in rec["warnings"] if "not read" in w and "128" in w], rec["warnings"]

@@ -27,7 +27,7 @@
 #endif
 
 #ifdef FS_HAVE_UCX
-void fs_ucx_describe_ep(void *ep, uint64_t size, cJSON *o);
+#include "ucx_lanes.h"
 #endif
 
 #define MPI_TAG_DATA 4242

@@ -21,6 +21,8 @@
 #include "../core/backend.h"
 #include "../core/datapath.h"
 #include "../core/inventory.h"
+#include "ucx_int.h"
+#include "ucx_lanes.h"
 
 struct ucx_opts {
     char tls[256];
@@ -50,14 +52,6 @@ static const struct fs_option ucx_options[] = {
 #define UCX_TAG 0x66736370ull /* "fscp": one tag, full mask, for every message of a run */
 #define UCX_AM_ID 7
 #define UCX_MAX_RX_POSTED 1024
-
-/* One transport resource as `ucx_info -d` lists it: transport name on a device. */
-struct ucx_res {
-    char tl[UCT_TL_NAME_MAX];
-    char dev[UCT_DEVICE_NAME_MAX];
-    uct_device_type_t type;
-    char md[UCT_MD_NAME_MAX]; /* the memory domain that offers it */
-};
 
 struct ucx {
     struct ucx_opts o;
@@ -165,186 +159,8 @@ static int ucs_fail(struct fs_err *err, int code, const char *what, ucs_status_t
     return fs_fail(err, code, "ucx: %s: %s", what, ucs_status_string(st));
 }
 
-/* ---- what UCX has on this host ------------------------------------------------------------ */
+/* ---- names checked against what UCX has on this host (ucx_resources.c) --------------------- */
 
-struct ucx_reslist {
-    struct ucx_res *v;
-    size_t n;
-};
-
-static int reslist_add(struct ucx_reslist *l, const uct_tl_resource_desc_t *r, const char *md)
-{
-    struct ucx_res *nv = realloc(l->v, (l->n + 1) * sizeof *nv);
-    if (!nv)
-        return -1;
-    l->v = nv;
-    snprintf(nv[l->n].tl, sizeof nv[l->n].tl, "%s", r->tl_name);
-    snprintf(nv[l->n].dev, sizeof nv[l->n].dev, "%s", r->dev_name);
-    nv[l->n].type = r->dev_type;
-    snprintf(nv[l->n].md, sizeof nv[l->n].md, "%s", md);
-    l->n++;
-    return 0;
-}
-
-/* The same walk `ucx_info -d` does: every component, every memory domain, every transport
- * resource. Memory domains that fail to open (no device behind them) contribute nothing. */
-static int query_resources(struct ucx_reslist *l, struct fs_err *err)
-{
-    uct_component_h *comps = NULL;
-    unsigned ncomp = 0;
-    ucs_status_t st = uct_query_components(&comps, &ncomp);
-    if (st != UCS_OK)
-        return ucs_fail(err, FS_EXIT_MEASURE, "cannot list UCX components", st);
-    int rc = 0;
-    for (unsigned c = 0; c < ncomp && rc == 0; c++) {
-        uct_component_attr_t ca = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME |
-                                                 UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT};
-        if (uct_component_query(comps[c], &ca) != UCS_OK || ca.md_resource_count == 0)
-            continue;
-        ca.md_resources = calloc(ca.md_resource_count, sizeof *ca.md_resources);
-        if (!ca.md_resources) {
-            rc = fs_fail(err, FS_EXIT_MEASURE, "out of memory");
-            break;
-        }
-        ca.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
-        if (uct_component_query(comps[c], &ca) == UCS_OK) {
-            for (unsigned m = 0; m < ca.md_resource_count && rc == 0; m++) {
-                uct_md_config_t *mdc = NULL;
-                uct_md_h md = NULL;
-                if (uct_md_config_read(comps[c], NULL, NULL, &mdc) != UCS_OK)
-                    continue;
-                if (uct_md_open(comps[c], ca.md_resources[m].md_name, mdc, &md) == UCS_OK) {
-                    uct_tl_resource_desc_t *res = NULL;
-                    unsigned nres = 0;
-                    if (uct_md_query_tl_resources(md, &res, &nres) == UCS_OK) {
-                        for (unsigned k = 0; k < nres && rc == 0; k++)
-                            if (reslist_add(l, &res[k], ca.md_resources[m].md_name))
-                                rc = fs_fail(err, FS_EXIT_MEASURE, "out of memory");
-                        uct_release_tl_resource_list(res);
-                    }
-                    uct_md_close(md);
-                }
-                uct_config_release(mdc);
-            }
-        }
-        free(ca.md_resources);
-    }
-    uct_release_component_list(comps);
-    return rc;
-}
-
-static int res_has_tl(const struct ucx_reslist *l, const char *tl)
-{
-    for (size_t i = 0; i < l->n; i++)
-        if (strcmp(l->v[i].tl, tl) == 0)
-            return 1;
-    return 0;
-}
-
-static int res_has_netdev(const struct ucx_reslist *l, const char *dev)
-{
-    for (size_t i = 0; i < l->n; i++)
-        if (l->v[i].type == UCT_DEVICE_TYPE_NET && strcmp(l->v[i].dev, dev) == 0)
-            return 1;
-    return 0;
-}
-
-/* "tcp/lo, tcp/eth0, posix/memory, ..." and the distinct transport and network device names. */
-static void res_lists(const struct ucx_reslist *l, char *pairs, size_t plen, char *tls,
-                      size_t tlen, char *devs, size_t dlen)
-{
-    size_t pu = 0, tu = 0, du = 0;
-    pairs[0] = tls[0] = devs[0] = '\0';
-    for (size_t i = 0; i < l->n; i++) {
-        if (pu < plen)
-            pu += (size_t)snprintf(pairs + pu, plen - pu, "%s%s/%s", pu ? ", " : "", l->v[i].tl,
-                                   l->v[i].dev);
-        int seen_tl = 0, seen_dev = 0;
-        for (size_t j = 0; j < i; j++) {
-            seen_tl |= strcmp(l->v[j].tl, l->v[i].tl) == 0;
-            seen_dev |= l->v[j].type == UCT_DEVICE_TYPE_NET && strcmp(l->v[j].dev, l->v[i].dev) == 0;
-        }
-        if (!seen_tl && tu < tlen)
-            tu += (size_t)snprintf(tls + tu, tlen - tu, "%s%s", tu ? ", " : "", l->v[i].tl);
-        if (!seen_dev && l->v[i].type == UCT_DEVICE_TYPE_NET && du < dlen)
-            du += (size_t)snprintf(devs + du, dlen - du, "%s%s", du ? ", " : "", l->v[i].dev);
-    }
-}
-
-/* UCX's own transport aliases (ucp_tl_aliases in ucp_context.c, UCX 1.13): an alias is valid
- * here when at least one transport it stands for exists on this host. UCX keeps the table static
- * and no API returns it, so this is fabscope's ONE copy: --ucx-tls checks against it and
- * --inventory-json publishes it for the doctor. Members UCX adds only for auxiliary use
- * ("ud_verbs:aux" in rc_v) are left out: on their own they carry no traffic. */
-static const struct {
-    const char *alias;
-    const char *members[8];
-} ucx_aliases[] = {
-    {"mm", {"posix", "sysv", "xpmem", NULL}},
-    {"sm", {"posix", "sysv", "xpmem", "knem", "cma", NULL}},
-    {"shm", {"posix", "sysv", "xpmem", "knem", "cma", NULL}},
-    {"ib", {"rc_verbs", "ud_verbs", "rc_mlx5", "ud_mlx5", "dc_mlx5", NULL}},
-    {"ud_v", {"ud_verbs", NULL}},
-    {"ud_x", {"ud_mlx5", NULL}},
-    {"ud", {"ud_mlx5", "ud_verbs", NULL}},
-    {"rc_v", {"rc_verbs", NULL}},
-    {"rc_x", {"rc_mlx5", NULL}},
-    {"rc", {"rc_mlx5", "rc_verbs", NULL}},
-    {"dc", {"dc_mlx5", NULL}},
-    {"dc_x", {"dc_mlx5", NULL}},
-    {"ugni", {"ugni_smsg", "ugni_rdma", NULL}},
-    {"cuda", {"cuda_copy", "cuda_ipc", "gdr_copy", NULL}},
-    {"rocm", {"rocm_copy", "rocm_ipc", "rocm_gdr", NULL}},
-};
-
-static int tl_token_ok(const struct ucx_reslist *l, const char *tok)
-{
-    if (strcmp(tok, "all") == 0 || res_has_tl(l, tok))
-        return 1;
-    for (size_t i = 0; i < sizeof ucx_aliases / sizeof ucx_aliases[0]; i++)
-        if (strcmp(ucx_aliases[i].alias, tok) == 0)
-            for (int k = 0; ucx_aliases[i].members[k]; k++)
-                if (res_has_tl(l, ucx_aliases[i].members[k]))
-                    return 1;
-    return 0;
-}
-
-/* Checks a comma list; `what` names the setting in the message ("--ucx-tls", "UCX_TLS from the
- * environment"). A leading '^' (exclude) is allowed; every name after it must still exist. */
-static int check_list(const struct ucx_reslist *l, const char *value, int devices,
-                      const char *what, struct fs_err *err)
-{
-    char copy[256];
-    snprintf(copy, sizeof copy, "%s", value[0] == '^' ? value + 1 : value);
-    char *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char name[128];
-        /* UCX accepts "\name" (no alias expansion) and "name:aux" (auxiliary use only). */
-        snprintf(name, sizeof name, "%s", tok[0] == '\\' ? tok + 1 : tok);
-        char *colon = strchr(name, ':');
-        if (colon && !devices)
-            *colon = '\0';
-        int ok = devices ? strcmp(name, "all") == 0 || res_has_netdev(l, name) ||
-                               res_has_netdev(l, tok)
-                         : tl_token_ok(l, name);
-        if (ok)
-            continue;
-        char pairs[1024], tls[512], devs[512], sv[FS_SHOWN_LEN];
-        res_lists(l, pairs, sizeof pairs, tls, sizeof tls, devs, sizeof devs);
-        fs_shown(name, sv, sizeof sv);
-        if (devices)
-            return fs_fail(err, FS_EXIT_USAGE,
-                           "%s: UCX has no network device %s on this host; its network "
-                           "devices here: %s (all resources: %s). `ucx_info -d` lists them",
-                           what, sv, devs[0] ? devs : "(none)", pairs);
-        return fs_fail(err, FS_EXIT_USAGE,
-                       "%s: UCX has no transport %s on this host; transports here: %s "
-                       "(aliases: sm/shm = the shared-memory ones, all); resources: %s. "
-                       "`ucx_info -d` lists them",
-                       what, sv, tls, pairs);
-    }
-    return 0;
-}
 
 /* A server without a device of its own: the client's data-path hint chose our address on the
  * client's network (`addr`, datapath.h). UCX's tcp transport would offer every interface, and a
@@ -397,18 +213,18 @@ static void devices_on_datapath(const struct ucx_reslist *l, const char *addr, c
 static int resolve_names(struct ucx *u, const char *device, struct fs_err *err)
 {
     struct ucx_reslist l = {0};
-    if (query_resources(&l, err))
+    if (ucx_query_resources(&l, err))
         return -1;
     const char *env_tls = getenv("UCX_TLS"), *env_dev = getenv("UCX_NET_DEVICES");
     int rc = 0;
     if (u->o.tls[0]) {
         snprintf(u->tls, sizeof u->tls, "%s", u->o.tls);
         snprintf(u->tls_source, sizeof u->tls_source, "option");
-        rc = check_list(&l, u->tls, 0, "--ucx-tls", err);
+        rc = ucx_check_list(&l, u->tls, 0, "--ucx-tls", err);
     } else if (env_tls && *env_tls) {
         snprintf(u->tls, sizeof u->tls, "%s", env_tls);
         snprintf(u->tls_source, sizeof u->tls_source, "environment");
-        rc = check_list(&l, u->tls, 0, "UCX_TLS (from the environment)", err);
+        rc = ucx_check_list(&l, u->tls, 0, "UCX_TLS (from the environment)", err);
     } else {
         snprintf(u->tls, sizeof u->tls, "all");
         snprintf(u->tls_source, sizeof u->tls_source, "default");
@@ -416,11 +232,11 @@ static int resolve_names(struct ucx *u, const char *device, struct fs_err *err)
     if (rc == 0 && device[0]) {
         snprintf(u->net_devices, sizeof u->net_devices, "%s", device);
         snprintf(u->net_devices_source, sizeof u->net_devices_source, "option");
-        rc = check_list(&l, u->net_devices, 1, "--device", err);
+        rc = ucx_check_list(&l, u->net_devices, 1, "--device", err);
     } else if (rc == 0 && env_dev && *env_dev) {
         snprintf(u->net_devices, sizeof u->net_devices, "%s", env_dev);
         snprintf(u->net_devices_source, sizeof u->net_devices_source, "environment");
-        rc = check_list(&l, u->net_devices, 1, "UCX_NET_DEVICES (from the environment)", err);
+        rc = ucx_check_list(&l, u->net_devices, 1, "UCX_NET_DEVICES (from the environment)", err);
     } else if (rc == 0 && u->datapath_addr[0] &&
                (devices_on_datapath(&l, u->datapath_addr, u->net_devices, sizeof u->net_devices),
                 u->net_devices[0])) {
@@ -974,176 +790,6 @@ static int ucx_flush(void *be, struct fs_err *err)
 
 /* ---- what UCX selected -------------------------------------------------------------------- */
 
-/* From "<egr/short>", "<egr/bcopy>", "<egr/zcopy>", "<rndv>": which protocol a message of
- * `size` bytes takes, read from a ucp_ep_print_info threshold line such as
- *   tag_send: 0..<egr/short>..8185..<egr/bcopy>..8192..<rndv>..(inf)
- * Ranges are half-open: "A..<p>..B" covers [A, B). */
-static int protocol_for(const char *line, uint64_t size, char *out, size_t len)
-{
-    const char *p = strchr(line, ':');
-    if (!p)
-        return -1;
-    p++;
-    uint64_t lo = 0;
-    while (*p) {
-        while (*p == ' ')
-            p++;
-        char *end = NULL;
-        unsigned long long v = strtoull(p, &end, 10);
-        if (end == p)
-            return -1;
-        lo = v;
-        p = end;
-        if (strncmp(p, "..<", 3) != 0)
-            return -1;
-        p += 3;
-        const char *close = strchr(p, '>');
-        if (!close)
-            return -1;
-        char proto[64];
-        snprintf(proto, sizeof proto, "%.*s", (int)(close - p), p);
-        p = close + 1;
-        if (strncmp(p, "..", 2) != 0)
-            return -1;
-        p += 2;
-        uint64_t hi = UINT64_MAX;
-        if (strncmp(p, "(inf)", 5) != 0)
-            hi = strtoull(p, NULL, 10);
-        if (size >= lo && size < hi) {
-            snprintf(out, len, "%s", proto);
-            return 0;
-        }
-        if (hi == UINT64_MAX)
-            return -1;
-    }
-    return -1;
-}
-
-static void trim(char *s)
-{
-    size_t n = strlen(s);
-    while (n && isspace((unsigned char)s[n - 1]))
-        s[--n] = '\0';
-}
-
-/* Turns ucp_ep_print_info's text into lanes [{tl, device, usage}] plus the threshold lines. */
-static void parse_ep_info(const char *text, uint64_t size, enum fs_op op, cJSON *o)
-{
-    cJSON *lanes = cJSON_AddArrayToObject(o, "lanes");
-    cJSON *tls = cJSON_CreateArray(), *devs = cJSON_CreateArray();
-    cJSON *thr = cJSON_CreateObject();
-    /* The threshold line that applies to our operation; put[0]/get[0] is the first RMA lane. */
-    const char *want = op == FS_OP_TAG     ? "tag_send"
-                       : op == FS_OP_AM    ? "am_send"
-                       : op == FS_OP_WRITE ? "put[0]"
-                       : op == FS_OP_READ  ? "get[0]"
-                                           : NULL;
-    char proto[64] = "";
-    char line[512];
-    const char *p = text;
-    while (*p) {
-        const char *nl = strchr(p, '\n');
-        size_t n = nl ? (size_t)(nl - p) : strlen(p);
-        snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line - 1 ? n : sizeof line - 1), p);
-        p += n + (nl ? 1 : 0);
-        char *s = line;
-        while (*s == '#' || *s == ' ')
-            s++;
-        trim(s);
-        if (strncmp(s, "lane[", 5) == 0) {
-            /* lane[0]:  2:self/memory.0 md[2]  -> md[2]/self/sysdev[255] am am_bw#0 */
-            char *colon = strchr(s, ':');
-            if (!colon)
-                continue;
-            char *rsc = colon + 1;
-            while (*rsc == ' ')
-                rsc++;
-            char *c2 = strchr(rsc, ':');
-            if (c2)
-                rsc = c2 + 1;
-            char tl[64] = "", dev[64] = "";
-            char *slash = strchr(rsc, '/');
-            if (!slash)
-                continue;
-            snprintf(tl, sizeof tl, "%.*s", (int)(slash - rsc), rsc);
-            char *dend = slash + 1;
-            while (*dend && *dend != ' ')
-                dend++;
-            snprintf(dev, sizeof dev, "%.*s", (int)(dend - slash - 1), slash + 1);
-            char *dot = strrchr(dev, '.'); /* "memory.0": the path index, not the device */
-            if (dot && isdigit((unsigned char)dot[1]))
-                *dot = '\0';
-            const char *usage = "";
-            char *sysdev = strstr(s, "sysdev[");
-            if (sysdev && (sysdev = strchr(sysdev, ']')))
-                usage = sysdev + 1;
-            while (*usage == ' ')
-                usage++;
-            /* UCX 1.13 names am/rma_bw/amo/tag lanes; a plain RMA lane prints no usage and shows
-             * up in the put[i]/get[i] threshold lines instead. */
-            if (!*usage)
-                usage = "rma (see put[]/get[] thresholds)";
-            cJSON *l = cJSON_CreateObject();
-            cJSON_AddStringToObject(l, "transport", tl);
-            cJSON_AddStringToObject(l, "device", dev);
-            cJSON_AddStringToObject(l, "usage", usage);
-            cJSON_AddItemToArray(lanes, l);
-            int dup = 0;
-            cJSON *x;
-            cJSON_ArrayForEach(x, tls) dup |= strcmp(x->valuestring, tl) == 0;
-            if (!dup)
-                cJSON_AddItemToArray(tls, cJSON_CreateString(tl));
-            dup = 0;
-            cJSON_ArrayForEach(x, devs) dup |= strcmp(x->valuestring, dev) == 0;
-            if (!dup)
-                cJSON_AddItemToArray(devs, cJSON_CreateString(dev));
-            continue;
-        }
-        char *colon = strchr(s, ':');
-        if (colon && strstr(s, "..<")) {
-            char key[64];
-            snprintf(key, sizeof key, "%.*s", (int)(colon - s), s);
-            trim(key);
-            cJSON_AddStringToObject(thr, key, colon + 1 + strspn(colon + 1, " "));
-            if (want && strcmp(key, want) == 0)
-                protocol_for(s, size, proto, sizeof proto);
-        } else if (colon && strncmp(s, "rma_bw", 6) == 0) {
-            cJSON_AddStringToObject(thr, "rma_bw", colon + 1 + strspn(colon + 1, " "));
-        }
-    }
-    cJSON_AddItemToObject(o, "transports", tls);
-    cJSON_AddItemToObject(o, "devices", devs);
-    cJSON_AddItemToObject(o, "thresholds", thr);
-    if (!size) {
-        /* Described at connect time, before any size ran: no size, no protocol. */
-        cJSON_AddNullToObject(o, "protocol");
-        cJSON_AddStringToObject(o, "protocol_source", "no message size yet (described at connect)");
-    } else if (proto[0]) {
-        cJSON_AddStringToObject(o, "protocol", proto);
-        cJSON_AddStringToObject(o, "protocol_source", "ucp_ep_print_info thresholds for this size");
-    } else {
-        cJSON_AddNullToObject(o, "protocol");
-        cJSON_AddStringToObject(o, "protocol_source",
-                                "not printed by this UCX for this operation");
-    }
-}
-
-/* Lanes of any UCP endpoint (also one that Open MPI's pml ucx created): used by the mpi backend
- * to say which UCX transports carried MPI's bytes. */
-void fs_ucx_describe_ep(void *ep, uint64_t size, cJSON *o);
-void fs_ucx_describe_ep(void *ep, uint64_t size, cJSON *o)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f)
-        return;
-    ucp_ep_print_info((ucp_ep_h)ep, f);
-    fclose(f);
-    parse_ep_info(text, size, FS_OP_TAG, o);
-    free(text);
-}
-
 static void ucx_describe(void *be, cJSON *o)
 {
     struct ucx *u = be;
@@ -1171,15 +817,7 @@ static void ucx_describe(void *be, cJSON *o)
         cJSON_AddNullToObject(o, "lanes");
         return;
     }
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f)
-        return;
-    ucp_ep_print_info(u->ep, f);
-    fclose(f);
-    parse_ep_info(text, u->size, u->op, o);
-    free(text);
+    fs_ucx_describe_ep_op(u->ep, u->size, u->op, o);
 }
 
 static void ucx_teardown(void *be)
@@ -1246,103 +884,3 @@ const struct fs_backend_ops fs_backend_ucx = {
     .describe = ucx_describe,
     .teardown = ucx_teardown,
 };
-
-/* ---- inventory (--inventory-json) ----------------------------------------------------------- */
-
-static const char *dev_type_name(uct_device_type_t t)
-{
-    switch (t) {
-    case UCT_DEVICE_TYPE_NET: return "net";
-    case UCT_DEVICE_TYPE_SHM: return "shm";
-    case UCT_DEVICE_TYPE_ACC: return "acc";
-    case UCT_DEVICE_TYPE_SELF: return "self";
-    default: return "other";
-    }
-}
-
-static void add_unique(cJSON *arr, const char *s)
-{
-    const cJSON *x;
-    cJSON_ArrayForEach(x, arr) if (strcmp(x->valuestring, s) == 0) return;
-    cJSON_AddItemToArray(arr, cJSON_CreateString(s));
-}
-
-/* The resources UCX offers here, from the same walk that checks --ucx-tls and --device: what
- * "transports", "net_devices" and the available aliases list is exactly what those accept. */
-void fs_inventory_ucx(cJSON *part)
-{
-    cJSON_AddStringToObject(part, "library", "UCX");
-    cJSON_AddStringToObject(part, "version", ucp_get_version_string());
-    struct ucx_reslist l = {0};
-    struct fs_err err = {0};
-    if (query_resources(&l, &err)) {
-        cJSON_AddStringToObject(part, "status", "error");
-        cJSON_AddStringToObject(part, "error", err.msg);
-        free(l.v);
-        return;
-    }
-    cJSON_AddStringToObject(part, "status", "ok");
-    cJSON *comps = cJSON_AddArrayToObject(part, "components");
-    uct_component_h *cl = NULL;
-    unsigned nc = 0;
-    if (uct_query_components(&cl, &nc) == UCS_OK) {
-        for (unsigned c = 0; c < nc; c++) {
-            uct_component_attr_t ca = {.field_mask = UCT_COMPONENT_ATTR_FIELD_NAME |
-                                                     UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT};
-            if (uct_component_query(cl[c], &ca) != UCS_OK)
-                continue;
-            cJSON *co = cJSON_CreateObject();
-            cJSON_AddStringToObject(co, "name", ca.name);
-            cJSON *mds = cJSON_AddArrayToObject(co, "memory_domains");
-            ca.md_resources = ca.md_resource_count
-                                  ? calloc(ca.md_resource_count, sizeof *ca.md_resources)
-                                  : NULL;
-            ca.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
-            if (ca.md_resources && uct_component_query(cl[c], &ca) == UCS_OK)
-                for (unsigned m = 0; m < ca.md_resource_count; m++)
-                    cJSON_AddItemToArray(mds, cJSON_CreateString(ca.md_resources[m].md_name));
-            free(ca.md_resources);
-            cJSON_AddItemToArray(comps, co);
-        }
-        uct_release_component_list(cl);
-    }
-    cJSON *res = cJSON_AddArrayToObject(part, "resources");
-    cJSON *tls = cJSON_AddArrayToObject(part, "transports");
-    cJSON *nets = cJSON_AddArrayToObject(part, "net_devices");
-    cJSON *mds = cJSON_AddArrayToObject(part, "memory_domains");
-    for (size_t i = 0; i < l.n; i++) {
-        cJSON *r = cJSON_CreateObject();
-        cJSON_AddStringToObject(r, "transport", l.v[i].tl);
-        cJSON_AddStringToObject(r, "device", l.v[i].dev);
-        cJSON_AddStringToObject(r, "device_type", dev_type_name(l.v[i].type));
-        cJSON_AddStringToObject(r, "memory_domain", l.v[i].md);
-        cJSON_AddItemToArray(res, r);
-        add_unique(tls, l.v[i].tl);
-        add_unique(mds, l.v[i].md);
-        if (l.v[i].type == UCT_DEVICE_TYPE_NET)
-            add_unique(nets, l.v[i].dev);
-    }
-    cJSON *al = cJSON_AddArrayToObject(part, "aliases");
-    for (size_t i = 0; i < sizeof ucx_aliases / sizeof ucx_aliases[0]; i++) {
-        cJSON *a = cJSON_CreateObject();
-        cJSON_AddStringToObject(a, "name", ucx_aliases[i].alias);
-        cJSON *mem = cJSON_AddArrayToObject(a, "transports");
-        for (int k = 0; ucx_aliases[i].members[k]; k++)
-            cJSON_AddItemToArray(mem, cJSON_CreateString(ucx_aliases[i].members[k]));
-        cJSON_AddBoolToObject(a, "available", tl_token_ok(&l, ucx_aliases[i].alias));
-        cJSON_AddItemToArray(al, a);
-    }
-    cJSON_AddStringToObject(part, "aliases_source",
-                            "UCX 1.13 ucp_context.c ucp_tl_aliases (static in UCX, not in its "
-                            "API); fabscope's copy: engine/src/backends/ucx.c ucx_aliases");
-    /* What --ucx-tls accepts: "all", every transport above, every available alias (and
-     * "^name", "\\name", "name:aux" forms of those). --device accepts net_devices and "all". */
-    cJSON *acc = cJSON_AddArrayToObject(part, "tls_names");
-    add_unique(acc, "all");
-    for (size_t i = 0; i < l.n; i++)
-        add_unique(acc, l.v[i].tl);
-    for (size_t i = 0; i < sizeof ucx_aliases / sizeof ucx_aliases[0]; i++)
-        if (tl_token_ok(&l, ucx_aliases[i].alias))
-            add_unique(acc, ucx_aliases[i].alias);
-    free(l.v);
-}

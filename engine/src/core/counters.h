@@ -12,7 +12,8 @@ struct cJSON;
 #define FS_CNT_MAX_DEV 128
 /* netdevs: tx/rx bytes and packets, then errors and drops. RDMA ports: port_{xmit,rcv}_{data,
  * packets}, hw_counters sent_pkts/rcvd_pkts (all rxe (Soft-RoCE) has: packets, no bytes), then the
- * PMA error counters the fabric matrix judges links by. The tables are in counters.c. */
+ * PMA error counters the fabric matrix judges links by. The tables are in counters.c; the
+ * exporter's dump is counters_dump.c, and both read sysfs through sysfs.c. */
 #define FS_CNT_NVAL 24
 #define FS_CNT_NDEVS 4
 
@@ -27,13 +28,19 @@ struct fs_cnt_dev {
 
 struct fs_cnt_snap {
     size_t n;
+    size_t not_read; /* netdevs and RDMA ports past FS_CNT_MAX_DEV: reported, not read */
     struct fs_cnt_dev dev[FS_CNT_MAX_DEV];
 };
 
 /* sysfs root from FABSCOPE_SYSFS_ROOT (tests) or /sys. */
 void fs_counters_snap(struct fs_cnt_snap *s);
-/* {"host":..., "net": {dev: {before, after}}, "rdma": {dev/port: {link_layer, before, after}}} */
+/* {"host":..., "net": {dev: {before, after}}, "rdma": {dev/port: {link_layer, before, after}}},
+ * plus "truncated": {"limit", "not_read"} when the host has more devices than a snapshot holds. */
 struct cJSON *fs_counters_json(const struct fs_cnt_snap *before, const struct fs_cnt_snap *after);
+/* A warning for the record when a side's counters (fs_counters_json's object; who = "local" or
+ * "peer") say devices were not read. */
+void fs_counters_truncation_warning(const struct cJSON *side, const char *who,
+                                    struct cJSON *warnings);
 
 /* `fabscope-engine --counters-json`: one snapshot of EVERY counter of every RDMA port
  * (every file of counters/ and hw_counters/, port attributes; "rdma_devices": device-wide
@@ -44,7 +51,7 @@ struct cJSON *fs_counters_json(const struct fs_cnt_snap *before, const struct fs
  * ports without one). Schema fabscope.counters/1. */
 struct cJSON *fs_counters_dump_json(void);
 /* `fabscope-engine --counters-serve`: the same snapshot, one JSON line on stdout per line read on
- * stdin, until end of input; files stay open between snapshots (see the file cache in counters.c).
+ * stdin, until end of input; files stay open between snapshots (see the file cache in sysfs.c).
  * The exporter keeps one such engine for its lifetime. Returns the exit status. */
 int fs_counters_serve(void);
 

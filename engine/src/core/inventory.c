@@ -33,7 +33,7 @@ int fs_inventory_print(void)
 #ifdef FS_HAVE_VERBS
     fs_inventory_verbs(verbs);
 #else
-    absent(verbs, "libibverbs", "libibverbs-dev and librdmacm-dev");
+    absent(verbs, "libibverbs", "libibverbs-dev (and librdmacm-dev for --cm)");
 #endif
     cJSON *ucx = cJSON_AddObjectToObject(root, "ucx");
 #ifdef FS_HAVE_UCX
