@@ -26,9 +26,14 @@ __all__ = ["Capture", "capture_filter", "netdev_for", "render_summary", "summari
 
 SCHEMA = "fabscope.capture/1"
 DEFAULT_SNAPLEN = 128  # Ethernet + IP + UDP + BTH + RETH/AETH/DETH, and no payload to speak of
+# A connection manager MAD whole (Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + DETH 8 + MAD 256 + ICRC 4,
+# IPv6 20 more): Wireshark decodes a MAD only when all 256 bytes of it were captured.
+CM_SNAPLEN = 352
 DEFAULT_MAX_PACKETS = 200_000
 _READY_S = 10.0
 _STOP_S = 10.0
+_SETTLE_S = 60.0
+_QUIET_S = 2.0
 ROCE_V2_PORT = 4791
 _RDMA_BACKENDS = {"verbs", "rsocket"}
 _FIELDS = ("infiniband.bth.opcode", "frame.len", "infiniband.bth.destqp", "infiniband.bth.psn",
@@ -53,6 +58,12 @@ def netdev_for(device: str | None, sysfs: str = "/sys") -> str | None:
     return None
 
 
+def default_snaplen(backend: str, preload: bool, cm: bool) -> int:
+    """The snap length when --capture-snaplen is not given: the headers, or whole CM MADs where the
+    connection is made through rdma_cm (rsocket and its preload, verbs --cm)."""
+    return CM_SNAPLEN if backend == "rsocket" or preload or (backend == "verbs" and cm) else DEFAULT_SNAPLEN
+
+
 def capture_filter(backend: str, preload: bool) -> str:
     """RDMA traffic is RoCE v2 (UDP 4791); the socket backends' connections are TCP."""
     return f"udp port {ROCE_V2_PORT}" if backend in _RDMA_BACKENDS or preload else "tcp"
@@ -68,6 +79,7 @@ class Capture:
     snaplen: int
     max_packets: int
     bpf: str
+    counters_before: dict[str, Any] | None = None
 
     @staticmethod
     def start(path: Path, netdev: str, bpf: str, snaplen: int = DEFAULT_SNAPLEN,
@@ -104,10 +116,13 @@ class Capture:
             said.append(line)
             if line.startswith("listening on") or "listening on" in line:
                 break
-        return Capture(path, netdev, proc, snaplen, max_packets, bpf)
+        return Capture(path, netdev, proc, snaplen, max_packets, bpf, _port_counters(netdev))
 
     def stop(self) -> dict[str, Any]:
-        """SIGINT (tcpdump flushes and prints its counts), and the counts."""
+        """SIGINT (tcpdump flushes and prints its counts), and the counts. First tcpdump catches up:
+        on a busy host it can be seconds behind the packets the kernel gave it, and SIGINT drops
+        what it has not written yet (counted in "received by filter" but not "captured")."""
+        self._settle()
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGINT)
         try:
@@ -122,7 +137,28 @@ class Capture:
             "max_packets": self.max_packets, "captured": counts.get("captured"),
             "received_by_filter": counts.get("received by filter"), "dropped": counts.get("dropped by kernel"),
             "truncated_at_cap": counts.get("captured") == self.max_packets,
+            # handed to tcpdump but not written when it stopped (it had not caught up): missing from the file
+            "not_written": max((counts.get("received by filter") or 0) - (counts.get("captured") or 0), 0)
+            if counts.get("captured") != self.max_packets else 0,
+            "device_counters": _counter_window(self.counters_before, _port_counters(self.netdev)),
         }
+
+
+    def _settle(self) -> None:
+        """Waits (up to _SETTLE_S) until the file has not grown for _QUIET_S: with -U tcpdump writes
+        each packet as it handles it, and after the run no new packets come."""
+        deadline = time.monotonic() + _SETTLE_S
+        size, since = -1, time.monotonic()
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            try:
+                now_size = self.path.stat().st_size
+            except OSError:
+                return
+            if now_size != size:
+                size, since = now_size, time.monotonic()
+            elif time.monotonic() - since >= _QUIET_S:
+                return
+            time.sleep(0.1)
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -156,7 +192,10 @@ def _opcode_names(tshark: str) -> dict[int, str]:
 
 
 def summarise(path: Path, timeout_s: float = 600.0) -> dict[str, Any]:
-    """Packets and bytes per BTH opcode, PSN gaps and repeats per destination QP, NAK syndromes."""
+    """Packets and bytes per BTH opcode, PSN gaps and repeats per destination QP, NAK syndromes;
+    the RC request streams read as their responder reads them (``sequence``); where packets went
+    to QP1 (the connection manager of rdma_cm: `--backend verbs --cm`, rsocket), its MADs (REQ,
+    REP, RTU, ...) in the order they were sent (``cm``)."""
     tshark = _tshark()
     argv = [tshark, "-r", str(path), "-n", "-Y", "infiniband.bth",  # RoCE v2 is dissected on UDP 4791 by default
             "-T", "fields", "-E", "separator=/t", "-E", "occurrence=f"]
@@ -170,6 +209,8 @@ def summarise(path: Path, timeout_s: float = 600.0) -> dict[str, Any]:
     last_psn: dict[str, int] = {}
     gaps = repeats = 0
     naks: dict[str, int] = {}
+    responder = _Responder()
+    to_qp1 = False
     for line in out.stdout.splitlines():
         cols = line.split("\t")
         if len(cols) < len(_FIELDS) or not cols[0]:
@@ -182,9 +223,12 @@ def summarise(path: Path, timeout_s: float = 600.0) -> dict[str, Any]:
         if syndrome and (int(syndrome, 0) >> 5) == 3:  # AETH syndrome 011xxxxx: NAK (IBTA 9.7.5.2.9)
             key = names.get(code, str(code)) + f" syndrome {syndrome}"
             naks[key] = naks.get(key, 0) + 1
-        if not qp or not psn or _is_response(names.get(code, "")):
-            continue
+        to_qp1 = to_qp1 or (bool(qp) and int(qp, 0) == 1)
+        if not qp or not psn or _is_response(names.get(code, "")) or code >> 5 not in (0, 1):
+            continue  # only RC and UC requests carry a sequence (UD's PSNs, CNPs: none to follow)
         p = int(psn, 0)
+        if code >> 5 == 0:
+            responder.packet(qp, p)
         prev = last_psn.get(qp)
         if prev is not None:
             step = (p - prev) % (1 << 24)
@@ -193,7 +237,7 @@ def summarise(path: Path, timeout_s: float = 600.0) -> dict[str, Any]:
             elif step > 1:
                 gaps += 1
         last_psn[qp] = p
-    return {
+    summary: dict[str, Any] = {
         "schema": SCHEMA,
         "decoder": "tshark",
         "opcodes": [{"opcode": code, "name": names.get(code, f"opcode {code}"), **per_opcode[code]}
@@ -201,7 +245,100 @@ def summarise(path: Path, timeout_s: float = 600.0) -> dict[str, Any]:
         "psn_gaps": gaps,
         "psn_repeats": repeats,
         "naks": naks,
+        "sequence": responder.result(),
     }
+    summary["per_message"] = per_message(summary["opcodes"])
+    if to_qp1:
+        try:
+            summary["cm"] = cm_exchange(tshark, path, timeout_s)
+        except FabscopeError as exc:
+            summary["cm"] = {"error": str(exc)}
+    return summary
+
+
+# Multi-packet messages by BTH opcode name (Wireshark's): First, Middle..., Last, or one Only packet.
+_MESSAGE_KINDS = ("SEND", "RDMA WRITE", "RDMA READ Response")
+
+
+def per_message(opcodes: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Packets per message of each kind on RC and UC (the path MTU's segmentation: 8 KiB at MTU 1024
+    is First + 6 Middle + Last, 8 packets): messages are the First and Only packets, packets all of
+    the kind's. UD's one-packet sends (the CM's MADs) are not messages of the run."""
+    out: dict[str, dict[str, float]] = {}
+    for kind in _MESSAGE_KINDS:
+        rows = [r for r in opcodes if re.search(rf"\((RC|UC)\) - {kind} (First|Middle|Last|Only)\b", str(r.get("name")))]
+        messages = sum(int(r["packets"]) for r in rows if re.search(r" (First|Only)\b", str(r["name"])))
+        if messages:
+            packets = sum(int(r["packets"]) for r in rows)
+            out[kind] = {"messages": messages, "packets": packets, "packets_per_message": round(packets / messages, 2)}
+    return out
+
+
+class _Responder:
+    """An RC responder's reading of the request stream of each destination QP (IBTA 9.7.5.1.2, as
+    rxe's check_psn does it): the next expected PSN is accepted; a later one is out of sequence
+    (a PSN sequence error NAK is sent for the first one, the rest are dropped until the expected
+    PSN comes: counted once, like rxe's out_of_seq_request); an earlier one is a duplicate
+    (rxe's duplicate_request). Read on the receiver's side, the counts are what its responder saw;
+    an RDMA READ request (which consumes one PSN per response packet) makes them approximate."""
+
+    def __init__(self) -> None:
+        self.expected: dict[str, int] = {}
+        self.nak_sent: dict[str, bool] = {}
+        self.out_of_sequence = 0
+        self.duplicates = 0
+
+    def packet(self, qp: str, psn: int) -> None:
+        want = self.expected.get(qp)
+        if want is None:  # the capture began here
+            self.expected[qp] = (psn + 1) % (1 << 24)
+            return
+        diff = (psn - want) % (1 << 24)
+        if diff == 0:
+            self.expected[qp] = (psn + 1) % (1 << 24)
+            self.nak_sent[qp] = False
+        elif diff < (1 << 23):
+            if not self.nak_sent.get(qp):
+                self.nak_sent[qp] = True
+                self.out_of_sequence += 1
+        else:
+            self.duplicates += 1
+
+    def result(self) -> dict[str, int]:
+        return {"streams": len(self.expected), "out_of_sequence": self.out_of_sequence,
+                "duplicates": self.duplicates}
+
+
+# The connection manager's attributes (IBTA vol. 1, 12.6: CM MAD attribute IDs, management class 0x07).
+CM_CLASS = 0x07
+CM_ATTRIBUTES = {0x0010: "REQ", 0x0011: "MRA", 0x0012: "REJ", 0x0013: "REP", 0x0014: "RTU", 0x0015: "DREQ",
+                 0x0016: "DREP", 0x0017: "SIDR_REQ", 0x0018: "SIDR_REP", 0x0019: "LAP", 0x001A: "APR"}
+_CM_FIELDS = ("infiniband.mad.mgmtclass", "infiniband.mad.attributeid")
+
+
+def cm_exchange(tshark: str, path: Path, timeout_s: float) -> dict[str, Any]:
+    """The connection manager's MADs (UD to QP1, RoCE v2's CM over UDP 4791), decoded by tshark: how
+    many of each, and the order of the first ones (REQ, REP, RTU for an rdma_cm connect)."""
+    argv = [tshark, "-r", str(path), "-n", "-Y", "infiniband.bth.destqp == 1", "-T", "fields",
+            "-E", "separator=/t", "-E", "occurrence=f"]
+    for f in _CM_FIELDS:
+        argv += ["-e", f]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if out.returncode != 0:
+        raise FabscopeError(f"--capture: tshark could not decode the CM MADs of {path}: {out.stderr.strip()[:300]}",
+                            EXIT_MEASURE)
+    counts: dict[str, int] = {}
+    order: list[str] = []
+    for line in out.stdout.splitlines():
+        cols = line.split("\t")
+        if len(cols) < 2 or not cols[1].strip() or not cols[0].strip() or int(cols[0].strip(), 0) != CM_CLASS:
+            continue
+        attr = int(cols[1].strip(), 0)
+        name = CM_ATTRIBUTES.get(attr, f"attribute {attr:#06x}")
+        counts[name] = counts.get(name, 0) + 1
+        if len(order) < 16:
+            order.append(name)
+    return {"messages": counts, "order": order}
 
 
 def _is_response(name: str) -> bool:
@@ -216,20 +353,98 @@ def count(summary: Mapping[str, Any], fragment: str) -> int:
     return sum(int(r.get("packets", 0)) for r in rows if fragment in str(r.get("name"))) if isinstance(rows, list) else 0
 
 
-def render_summary(capture: Mapping[str, Any]) -> str:
-    """The lines printed under the table."""
-    lines = [f"# capture: {capture.get('file')} on {capture.get('netdev')} ({capture.get('filter')}, snaplen "
+def _port_counters(netdev: str) -> dict[str, Any] | None:
+    """The hw_counters of the RDMA port behind ``netdev`` (the engine's --counters-json: the engine
+    is the one counter reader), or None where it has none (a plain netdev, loopback)."""
+    import json
+
+    from .engine import engine_path
+
+    try:
+        out = subprocess.run([str(engine_path()), "--counters-json"], capture_output=True, text=True, timeout=30,
+                             check=False)
+        snap = json.loads(out.stdout) if out.returncode == 0 else {}
+    except (FabscopeError, OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    for port in snap.get("rdma") or []:
+        if isinstance(port, dict) and netdev in (port.get("ndevs") or []):
+            hw = port.get("hw_counters")
+            values = {k: v for k, v in (hw.items() if isinstance(hw, dict) else []) if isinstance(v, int)}
+            return {"port": f"{port.get('device')}/{port.get('port')}", "values": values}
+    return None
+
+
+def _counter_window(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What the port's loss and retransmission counters (rxe, mlx5) did while the capture ran."""
+    if not before or not after or before.get("port") != after.get("port"):
+        return None
+    from .results.explain import RDMA_LOSS_COUNTERS
+
+    b, a = before["values"], after["values"]
+    keys = [k for k in (*RDMA_LOSS_COUNTERS, "sent_pkts", "rcvd_pkts") if k in a and k in b]
+    return {"port": after["port"], "delta": {k: a[k] - b[k] for k in keys}}
+
+
+def _render_side(capture: Mapping[str, Any], who: str) -> list[str]:
+    lines = [f"# capture{who}: {capture.get('file')} on {capture.get('netdev')} ({capture.get('filter')}, snaplen "
              f"{capture.get('snaplen')}, cap {capture.get('max_packets')} packets): {capture.get('captured')} captured, "
              f"{capture.get('dropped')} dropped by the kernel"
-             + (" -- the packet cap was reached, later packets are missing" if capture.get("truncated_at_cap") else "")]
+             + (" -- the packet cap was reached, later packets are missing" if capture.get("truncated_at_cap") else "")
+             + (f" -- {capture['not_written']} packets tcpdump received were not written (it was stopped before it "
+                "caught up): the counts below miss them" if capture.get("not_written") else "")]
     summary = capture.get("summary")
     if isinstance(summary, Mapping):
         for row in summary.get("opcodes") or []:
             lines.append(f"#   {row['name']:<60} {row['packets']:>9} packets {row['bytes']:>12} bytes")
+        naks = summary.get("naks") or {}
         lines.append(f"#   PSN gaps {summary.get('psn_gaps')}, repeated PSNs (retransmissions) "
-                     f"{summary.get('psn_repeats')}" + (f", NAKs {summary['naks']}" if summary.get("naks") else ""))
+                     f"{summary.get('psn_repeats')}" + "".join(f", {n} x {_nak_name(k)}" for k, n in naks.items()))
+        per = summary.get("per_message") or {}
+        if per:
+            lines.append("#   packets per message: " + ", ".join(
+                f"{kind} {v['packets_per_message']:g} ({v['messages']} messages, resent ones included)"
+                for kind, v in per.items()))
+        seq = summary.get("sequence")
+        if isinstance(seq, Mapping) and (seq.get("out_of_sequence") or seq.get("duplicates")):
+            lines.append(f"#   as a responder reads the RC requests: {seq.get('out_of_sequence')} out of sequence "
+                         f"(a PSN sequence error NAK each), {seq.get('duplicates')} duplicates")
+        cm = summary.get("cm")
+        if isinstance(cm, Mapping):
+            order = cm.get("order") or []
+            lines.append("#   connection manager: " + (" -> ".join(str(o) for o in order) if order else
+                                                         str(cm.get("error") or "no CM MAD decoded")))
     elif capture.get("summary_error"):
         lines.append(f"#   no summary: {capture['summary_error']}")
+    counters = capture.get("device_counters")
+    if isinstance(counters, Mapping):
+        moved = {k: v for k, v in (counters.get("delta") or {}).items() if v}
+        lines.append(f"#   {counters.get('port')} counters over the capture: "
+                     + (", ".join(f"{k} {v}" for k, v in moved.items()) or "none moved"))
+    return lines
+
+
+# AETH NAK codes (IBTA vol. 1, 9.7.5.2.9, syndrome 011xxxxx).
+NAK_CODES = {0: "PSN sequence error", 1: "invalid request", 2: "remote access error", 3: "remote operational error",
+             4: "invalid RD request"}
+
+
+def _nak_name(key: str) -> str:
+    """"Reliable Connection (RC) - Acknowledge syndrome 96" -> "... NAK syndrome 96 (PSN sequence error)"."""
+    name, _, syndrome = key.rpartition(" syndrome ")
+    try:
+        what = NAK_CODES.get(int(syndrome, 0) & 0x1F, "reserved")
+    except ValueError:
+        return key
+    return f"{name.replace('Acknowledge', 'NAK')} syndrome {syndrome} ({what})"
+
+
+def render_summary(capture: Mapping[str, Any]) -> str:
+    """The lines printed under the table: this host's capture, then the peer's (--peer)."""
+    lines = _render_side(capture, "")
+    server = capture.get("server")
+    if isinstance(server, Mapping):
+        lines += _render_side(server, " (server)") if not server.get("error") else \
+            [f"# capture (server): {server['error']}"]
     return "\n".join(lines) + "\n"
 
 

@@ -66,7 +66,7 @@ SWEEP_S = 0.1
 CONFIG_TIMEOUT_S = 10.0
 MAX_CONFIG_FRAME = 64 * 1024
 MAX_MESSAGE = 1000  # characters of a refusal (frame and log line)
-SERVICES = ["engine", "doctor"]
+SERVICES = ["engine", "doctor", "capture"]  # capture: capture_peer.py
 # A run is stopped when it outlives its time budget (--max-duration) by more than this plus
 # 3 x --timeout: an engine that ignores its own deadlines must not hold the host forever.
 RUN_GRACE_S = 30.0
@@ -630,6 +630,10 @@ class Server:
             hs = server_handshake(conn.sock, conn.desc, self.cfg.key, deadline)
             self._authenticated(conn)
             authed = True
+            if hs.service == "capture":  # beside a run, not one: it never waits for one or makes serve busy
+                control.send(conn.sock, hs.welcome, max(deadline - time.monotonic(), 0.01))
+                self._capture(conn, hs)
+                return
             self._wait_idle()
             control.send(conn.sock, hs.welcome, max(deadline - time.monotonic(), 0.01))
             if hs.service == "engine":
@@ -666,6 +670,16 @@ class Server:
             self._release(conn, authenticated=authed)
             if not handed_over:
                 conn.sock.close()
+
+    def _capture(self, conn: Conn, hs: Handshake) -> None:
+        """`run --peer --capture`: this host's capture of the run, for as long as a run may take."""
+        from .capture_peer import serve_capture
+
+        device = next((a.split("=", 1)[1] for a in self.cfg.engine_args if a.startswith("--device=")), None)
+        budget = self.cfg.limits.max_duration_s + RUN_GRACE_S + 3 * self.cfg.timeout_s
+        self.log.event("capture", "capture requested", client=conn.desc, key_id=hs.key_id)
+        serve_capture(conn.sock, conn.desc, conn.host, hs.session, device, budget,
+                      lambda why: self.log.event("refused", f"capture: {why}", client=conn.desc, reason="capture"))
 
     def _start(self, conn: Conn, hs: Handshake) -> None:
         with self.lock:
@@ -767,6 +781,9 @@ class Server:
                 run.proc.kill()
                 run.proc.wait()
         self._reap()
+        from .capture_peer import stop_all
+
+        stop_all()
         self.sock.close()
         return 0
 

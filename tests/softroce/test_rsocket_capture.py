@@ -32,11 +32,21 @@ CASES = {
     "pre-bw": f"{PRE} --peer server:18600 --pattern bw --sizes 64K --iters 500",
     # the client preloaded, the server not: rsocket cannot connect, and the run must not pass as RDMA
     "pre-unpaired": f"{PRE} --peer server:18515 --pattern bw --sizes 64K --iters 500",
-    "cap": f"{VERBS} {CAP} --capture /out/cap.pcap --format json",
+    # rdma_cm's connection (--cm: REQ/REP/RTU on QP1; the path MTU is the route's, 1024 on rxe0),
+    # captured on both guests
+    "cap": f"{VERBS} {CAP.replace(' --mtu 1024', '')} --cm --capture /out/cap.pcap --format json",
     "cap-text": f"{VERBS} {CAP} --capture /out/cap-text.pcap",
     "cap-noraw": f"setpriv --bounding-set=-net_raw --inh-caps=-net_raw -- {VERBS} {CAP} --capture /out/noraw.pcap",
+    # the peer's serve cannot capture (started without CAP_NET_RAW, 18700)
+    "cap-peer-noraw": f"{VERBS.replace('--peer server', '--peer server:18700')} {CAP} --capture /out/peer-noraw.pcap",
+    # 2 % loss on the client's egress (netem, in the guest's kernel): NAKs, go-back-N, retransmissions
+    "cap-loss": f"tc qdisc add dev eth0 root netem loss 2% && {VERBS} --op send --pattern bw --sizes 8K --iters 300 "
+                "--warmup 10 --mtu 1024 --capture /out/loss.pcap --format json; rc=$?; tc qdisc del dev eth0 root; "
+                "exit $rc",
 }
 SERVER = ("sh -c 'fabscope serve --bind 0.0.0.0 --insecure-no-auth --timeout 60 & "
+          "setpriv --bounding-set=-net_raw --inh-caps=-net_raw -- fabscope serve --bind 0.0.0.0 --port 18700 "
+          "--insecure-no-auth --timeout 60 & "
           "exec fabscope serve --bind 0.0.0.0 --port 18600 --insecure-no-auth --timeout 60 --preload rsocket'")
 
 
@@ -47,7 +57,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(reason)
     softroce.build()
     out = tmp_path_factory.mktemp("rsocket")
-    lines = [f"{cmd} > /out/{name}.json 2> /out/{name}.err; echo $? > /out/{name}.rc" for name, cmd in CASES.items()]
+    lines = [f"( {cmd} ) > /out/{name}.json 2> /out/{name}.err; echo $? > /out/{name}.rc" for name, cmd in CASES.items()]
     rc = softroce.run(["sh", "-c", "\n".join(lines)], two_guests=True, pin_cpus=True, out_dir=out, timeout_s=1500,
                       server_cmd=["sh", "-c", SERVER.split(" ", 2)[2].strip("'")])
     assert rc == 0
@@ -131,9 +141,68 @@ def test_capture_counts_first_middle_last_at_mtu_1024(pair: Path) -> None:
     # 8 KiB at active MTU 1024: First + 6 Middle + Last for every message (60 = 50 + 10 warmup)
     assert first == last >= 60, summary
     assert middle == 6 * first, summary
+    assert summary["per_message"]["SEND"] == {"messages": first, "packets": 8 * first, "packets_per_message": 8.0}
     assert summary["psn_repeats"] == 0 and summary["psn_gaps"] == 0
     text = (pair / "cap-text.json").read_text()
     assert "# capture: /out/cap-text.pcap on eth0" in text and "SEND Middle" in text
+    assert "# capture (server): /out/cap-text.server.pcap on eth0" in text
+
+
+@pytest.mark.softroce
+def test_capture_on_both_sides_shows_the_cm_exchange(pair: Path) -> None:
+    """--peer: the server's capture comes back (summary in the record, file beside the client's);
+    verbs --cm connects through rdma_cm, and both sides saw REQ, REP, RTU in that order."""
+    from fabscope.capture import count
+
+    assert _rc(pair, "cap") == 0, (pair / "cap.err").read_text()
+    cap = next(ln for ln in _records(pair, "cap") if ln.get("schema") == "fabscope.capture/1")
+    server = cap["server"]
+    assert server["file"] == "/out/cap.server.pcap" and (pair / "cap.server.pcap").stat().st_size > 0
+    assert server["netdev"] == "eth0" and server["dropped"] == 0 and server["server_file"] != server["file"]
+    for side in (cap, server):
+        summary = side["summary"]
+        assert summary["cm"]["order"][:3] == ["REQ", "REP", "RTU"], summary.get("cm")
+        assert summary["cm"]["messages"]["REQ"] == 1 and summary["cm"]["messages"]["RTU"] == 1
+    # the server's own packets: the same messages, received (First + 6 Middle + Last each)
+    assert count(server["summary"], "SEND Middle") == 6 * count(server["summary"], "SEND First") > 0
+
+
+@pytest.mark.softroce
+def test_capture_refused_by_a_peer_that_cannot_capture(pair: Path) -> None:
+    err = (pair / "cap-peer-noraw.err").read_text()
+    assert _rc(pair, "cap-peer-noraw") == 2, err
+    assert "--capture on the peer server:18700: this serve cannot capture" in err and "CAP_NET_RAW" in err
+    assert "nothing was measured" in err and "Traceback" not in err
+    assert "# capture" not in (pair / "cap-peer-noraw.json").read_text()
+    assert not (pair / "peer-noraw.pcap").exists()
+
+
+def _psn_seq_naks(summary: dict[str, Any]) -> int:
+    """NAKs with the PSN sequence error syndrome (AETH 0x60, IBTA 9.7.5.2.9)."""
+    return sum(n for key, n in summary["naks"].items() if int(key.rsplit(" syndrome ", 1)[1], 0) == 0x60)
+
+
+@pytest.mark.softroce
+def test_loss_in_the_capture_agrees_with_the_rxe_counters(pair: Path) -> None:
+    """netem drops 2 % of the client's packets. The server (the responder) NAKs each first packet
+    out of sequence (rxe: out_of_seq_request) and counts the ones it already had (duplicate_request);
+    the client (the requester) counts the NAKs it acted on (rcvd_seq_err). The captures, read by
+    tshark, must agree with those counters over the same window."""
+    assert _rc(pair, "cap-loss") == 0, (pair / "cap-loss.err").read_text()
+    cap = next(ln for ln in _records(pair, "cap-loss") if ln.get("schema") == "fabscope.capture/1")
+    server = cap["server"]
+    srv, cli = server["summary"], cap["summary"]
+    srv_delta, cli_delta = server["device_counters"]["delta"], cap["device_counters"]["delta"]
+    assert server["device_counters"]["port"] == cap["device_counters"]["port"] == "rxe0/1"
+    assert server["dropped"] == 0 and cap["dropped"] == 0
+    naks = _psn_seq_naks(srv)
+    assert naks > 0, srv  # 2 % of ~2400 packets: the loss happened
+    assert srv["sequence"]["out_of_sequence"] == srv_delta["out_of_seq_request"] == naks, (srv, srv_delta)
+    assert srv["sequence"]["duplicates"] == srv_delta["duplicate_request"], (srv, srv_delta)
+    assert srv["psn_gaps"] >= naks and srv["psn_repeats"] > 0
+    # the NAKs reached the client (its egress was the lossy side) and it acted on them
+    assert _psn_seq_naks(cli) == naks
+    assert 0 < cli_delta["rcvd_seq_err"] <= naks, cli_delta
 
 
 @pytest.mark.softroce

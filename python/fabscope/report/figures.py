@@ -48,7 +48,8 @@ def make_label(backend: str, op: str, selected: str) -> str:
 
 
 def transport_label(rec: Result) -> str:
-    return make_label(rec.backend, rec.op, selection(rec))
+    preload = _mapping(rec.transport.local.get("preload"))  # "tcp (rspreload)": not the plain tcp row
+    return make_label(str(preload.get("label") or rec.backend), rec.op, selection(rec))
 
 
 def carrier_device(rec: Result) -> str | None:
