@@ -29,6 +29,8 @@ _FLOAT = re.compile(r"\d{1,20}(\.\d{0,20})?([eE][+-]?\d{1,3})?")
 _SHIFT = {"": 0, "K": 10, "M": 20, "G": 30}
 # The engine's defaults when the client left a setting out (its option table; sizes: 64K for bw).
 _DEFAULT_SIZE = 65536
+# Backend options that size memory on both ends (shared options the server adopts).
+_SHARED_BUFFER_OPTIONS = ("rsocket-sndbuf", "rsocket-rcvbuf")
 MAX_SIZES = 64
 # Latency samples kept per second of a --duration run, for the memory estimate: a round trip of
 # 0.5 us, faster than any network a serve peer sits across (InfiniBand's is ~1.2 us).
@@ -64,6 +66,9 @@ class RunRequest:
     duration_s: float
     warmup_time_s: float
     options: dict[str, Any]
+    # Socket buffers the client asks both ends to use (--rsocket-sndbuf/--rsocket-rcvbuf: rsocket
+    # registers them as RDMA memory on this host too).
+    socket_buffers: int = 0
 
     @property
     def largest(self) -> int:
@@ -82,7 +87,7 @@ class RunRequest:
             samples = 0
         else:
             samples = self.iters if self.duration_s <= 0 else int(self.duration_s * _SAMPLES_PER_S)
-        return 2 * max(self.largest, _DEFAULT_SIZE) + 8 * samples
+        return 2 * max(self.largest, _DEFAULT_SIZE) + 8 * samples + self.socket_buffers
 
 
 class Refusal(FabscopeError):
@@ -132,9 +137,16 @@ def parse_config(msg: dict[str, Any]) -> RunRequest:
         if not _FLOAT.fullmatch(text) or not math.isfinite(float(text)):
             raise Refusal(f"--{name} '{text[:40]}' is not a number of seconds", EXIT_PEER, "protocol")
         floats[name] = float(text)
+    buffers = 0
+    for name in _SHARED_BUFFER_OPTIONS:
+        text = _setting(backend, name, "0")
+        m = _SIZE.fullmatch(text)
+        if not m:
+            raise Refusal(f"--{name} '{text[:40]}' is not in the form the engine sends", EXIT_PEER, "protocol")
+        buffers += int(m.group(1)) << _SHIFT[m.group(2)]
     return RunRequest(sizes=sizes, pattern=_setting(core, "pattern", "lat"), iters=ints["iters"], warmup=ints["warmup"],
                       duration_s=floats["duration"], warmup_time_s=floats["warmup-time"],
-                      options={"core": core, "backend": backend})
+                      options={"core": core, "backend": backend}, socket_buffers=buffers)
 
 
 def check_request(req: RunRequest, limits: Limits) -> None:
@@ -164,7 +176,8 @@ def check_request(req: RunRequest, limits: Limits) -> None:
         need = format_bytes(1 << max(0, (req.memory - 1).bit_length()))
         raise Refusal(
             f"the run needs about {req.memory / 2**20:.0f} MiB of buffers and samples (2 x the largest size "
-            f"+ 8 bytes per latency sample), more than this serve's limit of {format_bytes(limits.max_memory)}; ask for "
+            f"+ 8 bytes per latency sample + socket buffers asked for both ends), more than this serve's limit of "
+            f"{format_bytes(limits.max_memory)}; ask for "
             f"smaller sizes or fewer --iters/--duration, or start serve with --max-memory {need}",
             EXIT_USAGE, "max-memory",
         )

@@ -58,6 +58,20 @@ def test_memory_counts_both_buffers_and_the_samples() -> None:
     assert info.value.exit_code == 2 and info.value.reason == "max-memory"
 
 
+def test_memory_counts_the_rsocket_buffers_both_ends_use() -> None:
+    """--rsocket-sndbuf/--rsocket-rcvbuf are shared: serve's host registers them too."""
+    msg = config(sizes="8", iters="1000")
+    msg["backend"] = {"rsocket-sndbuf": "512M", "rsocket-rcvbuf": "512M", "rsocket-sqsize": "0"}
+    req = parse_config(msg)
+    assert req.memory == 2 * 65536 + 8 * 1000 + (1 << 30)
+    with pytest.raises(Refusal, match="socket buffers asked for both ends") as info:
+        check_request(req, Limits())
+    assert info.value.reason == "max-memory"
+    msg["backend"] = {"rsocket-sndbuf": "lots"}
+    with pytest.raises(Refusal, match="--rsocket-sndbuf 'lots'"):
+        parse_config(msg)
+
+
 def test_rate_limit_is_a_sliding_minute_per_address() -> None:
     rl = RateLimiter(2)
     rl.admit("10.0.0.1", now=0.0)

@@ -50,9 +50,9 @@ static const struct fs_option rs_options[] = {
     {"rsocket-iomap", FS_OPT_SIZE, O(iomap_size), S(iomap_size), 0, 65536, "0", NULL,
      "entries of the remote I/O map for riomap (RDMA_IOMAPSIZE); 0 = none", FS_OPTF_LOCAL},
     {"rsocket-sndbuf", FS_OPT_SIZE, O(sndbuf), S(sndbuf), 0, 1ull << 30, "0", NULL,
-     "send buffer bytes (SO_SNDBUF on the rsocket); 0 = librdmacm default", FS_OPTF_LOCAL},
+     "send buffer bytes (SO_SNDBUF on the rsocket, both ends); 0 = librdmacm default", 0},
     {"rsocket-rcvbuf", FS_OPT_SIZE, O(rcvbuf), S(rcvbuf), 0, 1ull << 30, "0", NULL,
-     "receive buffer bytes (SO_RCVBUF on the rsocket); 0 = librdmacm default", FS_OPTF_LOCAL},
+     "receive buffer bytes (SO_RCVBUF on the rsocket, both ends); 0 = librdmacm default", 0},
     {0},
 };
 #undef O
