@@ -8,6 +8,7 @@ One boot of the pair runs every case (boots are slow under TCG); the server gues
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,10 +44,16 @@ CASES = {
     "cap-loss": f"tc qdisc add dev eth0 root netem loss 2% && {VERBS} --op send --pattern bw --sizes 8K --iters 300 "
                 "--warmup 10 --mtu 1024 --capture /out/loss.pcap --format json; rc=$?; tc qdisc del dev eth0 root; "
                 "exit $rc",
+    # a keyed serve (18800): the data connections fabscope opens carry the session's token
+    "key-rs": f"{RS.replace('--peer server', '--peer server:18800')} --key-file /fabscope-ctl/key --pattern lat "
+              "--sizes 64 --iters 100",
+    "key-cm": f"{VERBS.replace('--peer server', '--peer server:18800')} --key-file /fabscope-ctl/key --cm --op send "
+              "--sizes 64 --iters 100 --format json",
 }
 SERVER = ("sh -c 'fabscope serve --bind 0.0.0.0 --insecure-no-auth --timeout 60 & "
           "setpriv --bounding-set=-net_raw --inh-caps=-net_raw -- fabscope serve --bind 0.0.0.0 --port 18700 "
           "--insecure-no-auth --timeout 60 & "
+          "fabscope serve --bind 0.0.0.0 --port 18800 --key-file /fabscope-ctl/key --timeout 60 & "
           "exec fabscope serve --bind 0.0.0.0 --port 18600 --insecure-no-auth --timeout 60 --preload rsocket'")
 
 
@@ -57,9 +64,12 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip(reason)
     softroce.build()
     out = tmp_path_factory.mktemp("rsocket")
+    key = tmp_path_factory.mktemp("key") / "key"
+    key.write_bytes(secrets.token_bytes(32))
+    key.chmod(0o600)
     lines = [f"( {cmd} ) > /out/{name}.json 2> /out/{name}.err; echo $? > /out/{name}.rc" for name, cmd in CASES.items()]
     rc = softroce.run(["sh", "-c", "\n".join(lines)], two_guests=True, pin_cpus=True, out_dir=out, timeout_s=1500,
-                      server_cmd=["sh", "-c", SERVER.split(" ", 2)[2].strip("'")])
+                      server_cmd=["sh", "-c", SERVER.split(" ", 2)[2].strip("'")], extra_files={"key": key})
     assert rc == 0
     return out / "client"
 
@@ -211,3 +221,17 @@ def test_capture_without_cap_net_raw_is_refused_before_measuring(pair: Path) -> 
     assert _rc(pair, "cap-noraw") == 2, err
     assert "tcpdump cannot capture on eth0" in err and "CAP_NET_RAW" in err and "nothing was measured" in err
     assert (pair / "cap-noraw.json").read_text().strip() == ""
+
+
+@pytest.mark.softroce
+@pytest.mark.parametrize("name", ["key-rs", "key-cm"])
+def test_data_connections_of_a_keyed_session_carry_its_token(pair: Path, name: str) -> None:
+    """rsocket's data connection and rdma_cm's connection request carry the session's token, and
+    both ends say so (a request without it would have been rejected and counted)."""
+    assert _rc(pair, name) == 0, (pair / f"{name}.err").read_text()
+    rec = _records(pair, name)[0]
+    for side in ("local", "peer"):
+        assert rec["transport"][side]["session_bound"] is True, rec["transport"][side]
+    if name == "key-cm":
+        assert rec["transport"]["peer"]["cm"] is True and rec["transport"]["peer"]["cm_strangers"] == 0
+    assert rec["path"]["verdict"] == "verified", rec["path"].get("reason")

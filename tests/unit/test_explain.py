@@ -18,6 +18,7 @@ from fabscope.results.explain import CAUSES, explain
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "records"
 FACTS = RECORDS / "tcp-send-bw-32k-64k-explain-facts.jsonl"
+BUFFERS = RECORDS / "tcp-send-bw-32k-sndbuf-explain-buffers.jsonl"
 
 
 def raw(name: str, line: int = 0) -> dict[str, Any]:
@@ -56,9 +57,9 @@ def test_text_prints_one_why_line_per_seen_cause_else_one_count_line_and_csv_a_c
     text = render_text([small, big])
     assert "# why (65536 B): segmentation: 65,536 B per message over MSS" in text
     assert "# why (32768 B)" not in text  # a size with nothing seen has no line of its own
-    assert render_text([small]).rstrip().endswith("# why: nothing seen; 3 checks clear, 2 unchecked")
+    assert render_text([small]).rstrip().endswith("# why: nothing seen; 4 checks clear, 3 unchecked")
     rows = list(csv.DictReader(io.StringIO(render_csv([small, big]))))
-    assert [r["why"] for r in rows] == ["3 checks clear, 2 unchecked", "segmentation"]
+    assert [r["why"] for r in rows] == ["4 checks clear, 3 unchecked", "segmentation"]
 
 
 def test_a_record_from_before_the_facts_says_unchecked_and_why() -> None:
@@ -104,3 +105,78 @@ def test_verbs_record_checks_mtu_and_segmentation_against_the_path_mtu() -> None
     assert got["mtu"].state == "clear" and "1,024 B" in got["mtu"].evidence
     assert got["segmentation"].state in ("clear", "seen") and "path MTU 1,024 B" in got["segmentation"].evidence
     assert got["retransmission"].state == "unchecked"  # the snapshot holds no rxe loss counters
+
+
+def cause_of(rec: dict[str, Any], name: str) -> Any:
+    return next(c for c in explain(rec).causes if c.cause == name)
+
+
+def test_a_small_fixed_send_buffer_is_named_and_autotuned_buffers_are_clear() -> None:
+    """Real loopback runs: --tcp-sndbuf 4096 held less than the stream had in flight (rate x TCP_INFO
+    round trip); the default (autotuned) run is clear and names nothing."""
+    default, small = load_file(BUFFERS)
+    assert default.explanation is not None and small.explanation is not None
+    assert "buffers" not in [c.cause for c in default.explanation.seen]
+    auto = cause_of(default.raw, "buffers")
+    assert auto.state == "clear" and "autotuned" in auto.evidence
+    buf = cause_of(small.raw, "buffers")
+    rtt = small.raw["transport"]["local"]["rtt_us"]
+    assert buf.seen and "the client's send buffer fixed by --tcp-sndbuf 4,096 B" in buf.evidence
+    assert f"round trip {rtt:,} us, TCP_INFO" in buf.evidence
+    assert buf.fix and "--tcp-sndbuf/--tcp-rcvbuf" in buf.fix and "net.core.wmem_max" in buf.fix
+    assert "# why: buffers: the client's send buffer fixed by --tcp-sndbuf 4,096 B" in render_text([small])
+    assert {"cause": "buffers", "state": "seen"}.items() <= small.to_json()["explanation"]["causes"][5].items()
+    # The same buffer on a stream that needed a quarter of it in flight: room to spare.
+    slow = copy.deepcopy(small.raw)
+    slow["bandwidth_gbps"] = small.raw["bandwidth_gbps"] / 8
+    assert cause_of(slow, "buffers").state == "clear"
+    # A fixed receive buffer on the server limits the client's stream the same way.
+    rcv = copy.deepcopy(small.raw)
+    rcv["config"]["backend_options"].update({"tcp-sndbuf": 0, "tcp-rcvbuf": 4096})
+    rcv["transport"]["peer"]["rcvbuf_bytes"] = 8192
+    assert "the server's receive buffer fixed by --tcp-rcvbuf 4,096 B" in cause_of(rcv, "buffers").evidence
+
+
+def test_a_fixed_buffer_without_a_round_trip_in_the_record_is_unchecked_saying_why() -> None:
+    _, small = (json.loads(line) for line in BUFFERS.read_text().splitlines())
+    del small["transport"]["local"]["rtt_us"]
+    buf = cause_of(small, "buffers")
+    assert buf.state == "unchecked" and "no round trip (TCP_INFO rtt" in buf.evidence
+
+
+def test_link_is_clear_on_a_real_run_and_unchecked_on_a_record_without_carrier_counters() -> None:
+    default, _ = (json.loads(line) for line in BUFFERS.read_text().splitlines())
+    link = cause_of(default, "link")
+    assert link.state == "clear" and "counters read" in link.evidence
+    old = cause_of(raw("tcp-send-bw-loopback.jsonl"), "link")
+    assert old.state == "unchecked" and "no carrier or link-event counter" in old.evidence
+
+
+def test_carrier_change_on_the_carrying_netdev_is_named_synthetic() -> None:
+    """A real loopback record with its lo's carrier_changes edited to +2 (down and up) over the run;
+    the same change on a netdev that carried nothing of the run (eth0) is not this run's link."""
+    default, _ = (json.loads(line) for line in BUFFERS.read_text().splitlines())
+    flap = copy.deepcopy(default)
+    lo = flap["counters"]["peer"]["net"]["lo"]
+    lo["after"]["carrier_changes"] = lo["before"]["carrier_changes"] + 2
+    lo["after"]["carrier_down_count"] = lo["before"]["carrier_down_count"] + 1
+    link = cause_of(flap, "link")
+    host = flap["counters"]["peer"]["host"]
+    assert link.seen and f"carrier_changes +2 on lo ({host}), carrier_down_count +1 on lo ({host})" in link.evidence
+    assert link.fix and "ethtool" in link.fix
+    other = copy.deepcopy(default)
+    eth = other["counters"]["local"]["net"]["eth0"]
+    eth["after"]["carrier_changes"] = eth["before"]["carrier_changes"] + 2
+    assert cause_of(other, "link").state == "clear"
+
+
+def test_rdma_link_downed_and_symbol_errors_are_named_synthetic() -> None:
+    """The real Soft-RoCE record's rxe ports have no PMA counters (link unchecked); given
+    link_downed/symbol_error before and after (as an mlx5 or IB port has), a delta is named."""
+    rec = raw("softroce-verbs-write-bw-two-devices.jsonl")
+    assert cause_of(rec, "link").state == "unchecked"
+    port = rec["counters"]["peer"]["rdma"]["rxe1/1"]
+    port["before"].update({"link_downed": 3, "symbol_error": 10})
+    port["after"].update({"link_downed": 4, "symbol_error": 250})
+    link = cause_of(rec, "link")
+    assert link.seen and "link_downed +1 on rxe1/1" in link.evidence and "symbol_error +240 on rxe1/1" in link.evidence

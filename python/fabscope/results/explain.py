@@ -22,7 +22,7 @@ from typing import Any
 __all__ = ["CAUSES", "STATES", "Cause", "Explanation", "explain"]
 
 STATES = ("seen", "clear", "unchecked")
-CAUSES = ("segmentation", "retransmission", "mtu", "placement", "cpu")
+CAUSES = ("segmentation", "retransmission", "mtu", "placement", "cpu", "buffers", "link")
 
 # A message "ends in a tiny packet" when its last segment carries less than this share of an MSS
 # and the extra packet is at least this share of the packets per message. 64 KiB over MSS 1448:
@@ -45,12 +45,23 @@ RDMA_LOSS_COUNTERS = (
 )
 # A busy-polling engine owns its CPU: below this share of the phase's wall time on CPU, with the
 # scheduler taking the CPU away at least this often, something else ran there. (A lone busy poller
-# runs > 95 %; two on one CPU get ~50 % each, taken off every few ms.) A blocking engine sleeps by
-# design, so only involuntary switches count there, at a higher rate.
+# runs > 95 %; two on one CPU get ~50 % each, taken off every few ms.) A blocking engine is not
+# judged (see _cpu).
 CPU_SHARE_MIN = 0.80
 CPU_TAKEN_MIN = 20
 CPU_TAKEN_RATE = 20.0
-CPU_TAKEN_RATE_BLOCK = 200.0
+# A socket buffer fixed by the user (SO_SNDBUF/SO_RCVBUF: the kernel's autotuning is off for it, and
+# the kernel doubles the value, keeping half for its bookkeeping) limits the window when what the
+# stream had in flight (the rate achieved x TCP_INFO's smoothed round trip) reaches this share of the
+# payload the buffer can hold. Measured on loopback at 32 KiB: --tcp-sndbuf 4096 -> 132 % (named);
+# 65536 -> 15 %; autotuned -> 2 % of the 4 MiB the kernel grew it to.
+# The smoothed round trip is an average over the connection and overstates what a stream on a
+# path of this host (loopback, veth) sees, so "in flight" can read several times the buffer's
+# payload (netns, --tcp-sndbuf 4096: 72 KB per 56 us); the buffer still bounds the window there.
+BUFFER_FILL = 0.5
+# Link events: netdev carrier changes (carrier_changes counts up and down), RDMA port link events.
+NETDEV_LINK_COUNTERS = ("carrier_changes", "carrier_down_count")
+RDMA_LINK_COUNTERS = ("link_downed", "link_error_recovery", "symbol_error")
 NETDEV_LOSS_COUNTERS = ("rx_dropped", "tx_dropped", "rx_errors", "tx_errors", "rx_missed_errors",
                         "rx_crc_errors")
 
@@ -334,13 +345,17 @@ def _placement(rec: Mapping[str, Any]) -> Cause:
 def _cpu(rec: Mapping[str, Any]) -> Cause:
     """Another process on an engine's CPU: a busy-polling engine should own its CPU for the whole
     phase; one that ran for much less than the wall time while the scheduler took the CPU away
-    (involuntary switches) shared it. A blocking engine leaves its CPU by design, so only being
-    taken off it while runnable counts there."""
+    (involuntary switches) shared it."""
     sides = _cpu_sides(rec)
     if not sides:
         return Cause("cpu", "unchecked", "the record carries no engine CPU use over the measured phase (an engine "
                                          "older than this front end)")
-    busy = _m(rec, "transport").get("poll") != "block"
+    if _m(rec, "transport").get("poll") == "block":
+        # Measured on the netns testbed: a clean blocking receiver ran 51 % of the phase and was
+        # taken off its CPU 648 times a second (the network's softirq work waking it and running
+        # beside it), while a hog barely shows (the scheduler favours the sleeper).
+        return Cause("cpu", "unchecked", "a blocking engine (--poll block) sleeps by design: neither its CPU share "
+                                         "nor its switches tell another process on its CPU (--poll busy checks it)")
     seen: list[str] = []
     clear: list[str] = []
     for side, cu in sides:
@@ -350,8 +365,7 @@ def _cpu(rec: Mapping[str, Any]) -> Cause:
         rate = taken / wall_s
         facts = (f"the {side} engine {_where(cu)} ran {share:.0%} of the {wall_s:.2f} s phase, "
                  f"taken off its CPU {_fmt(taken)} times ({rate:.0f}/s)")
-        shared = (share < CPU_SHARE_MIN and taken >= CPU_TAKEN_MIN and rate >= CPU_TAKEN_RATE) if busy else (
-            taken >= CPU_TAKEN_MIN and rate >= CPU_TAKEN_RATE_BLOCK)
+        shared = share < CPU_SHARE_MIN and taken >= CPU_TAKEN_MIN and rate >= CPU_TAKEN_RATE
         (seen if shared else clear).append(facts)
     if seen:
         return Cause("cpu", "seen", "; ".join(seen) + ": another process shared its CPU",
@@ -359,6 +373,101 @@ def _cpu(rec: Mapping[str, Any]) -> Cause:
                      fix="give each engine a CPU of its own (--cpu N, or the launcher's binding) and move what runs "
                          "there (`ps -eLo psr,pid,comm | sort -n` lists who runs where)")
     return Cause("cpu", "clear", "; ".join(clear))
+
+
+def _buffer_fixed(rec: Mapping[str, Any], option: str) -> int:
+    """The bytes the user fixed a socket buffer at (``--tcp-sndbuf``/``--tcp-rcvbuf``), 0 = autotuned."""
+    return _n(_m(_m(rec, "config"), "backend_options"), option) or 0
+
+
+def _buffers(rec: Mapping[str, Any]) -> Cause:
+    """A socket buffer the user fixed below what the stream needed in flight: the window could not
+    open past it. The bandwidth-delay product the record can show is the rate achieved times the
+    sender's TCP_INFO round trip (the link rate of a virtual device is unknown); a stream the buffer
+    held back fills it, one with room to spare leaves it mostly empty."""
+    tr = _m(rec, "transport")
+    local = _m(tr, "local")
+    if not _tcp_kernel(local):
+        return Cause("buffers", "unchecked", f"the {local.get('kind') or '?'} transport does not report its socket "
+                                             "buffers (only kernel TCP does)")
+    snd, rcv = _buffer_fixed(rec, "tcp-sndbuf"), _buffer_fixed(rec, "tcp-rcvbuf")
+    if not snd and not rcv:
+        return Cause("buffers", "clear", "send and receive buffers autotuned by the kernel (they grow with the window "
+                                         "up to net.ipv4.tcp_wmem/tcp_rmem's maximum, which the record does not carry)")
+    gbps = rec.get("bandwidth_gbps")
+    rate = float(gbps) * 1e9 / 8 if isinstance(gbps, (int, float)) and gbps > 0 else None
+    size = _n(rec, "size") or 0
+    seen: list[str] = []
+    clear: list[str] = []
+    unchecked: list[str] = []
+    for sender in _senders(rec):
+        receiver = "peer" if sender == "local" else "local"
+        rtt_us = _n(_m(tr, sender), "rtt_us")
+        who = "the client" if sender == "local" else "the server"
+        # The smaller of the fixed buffers on this direction: the sender's send, the receiver's receive.
+        limits = [(f"{who}'s send buffer", snd, _n(_m(tr, sender), "sndbuf_bytes"), "--tcp-sndbuf"),
+                  (f"the {'server' if sender == 'local' else 'client'}'s receive buffer", rcv,
+                   _n(_m(tr, receiver), "rcvbuf_bytes"), "--tcp-rcvbuf")]
+        fixed = [(name, req, eff, opt) for name, req, eff, opt in limits if req]
+        if not fixed:
+            continue
+        name, req, eff, opt = min(fixed, key=lambda f: (f[2] or 2 * f[1]) // 2)
+        payload = (eff or 2 * req) // 2
+        buf = f"{name} fixed by {opt} {_fmt(req)} B (effective {_fmt(eff or 2 * req)} B, ~{_fmt(payload)} B of payload)"
+        if rec.get("pattern") == "lat":
+            # A ping-pong has one message in flight: the buffer limits it when the message does not fit.
+            (seen if size > payload else clear).append(f"{buf} against one {_fmt(size)} B message in flight")
+            continue
+        if rate is None or rtt_us is None:
+            missing = "round trip (TCP_INFO rtt: an older engine)" if rtt_us is None else "achieved rate"
+            unchecked.append(f"{buf}: the record carries no {missing}")
+            continue
+        bdp = rate * rtt_us / 1e6
+        fact = (f"{buf} against {_fmt(round(bdp))} B in flight ({rate * 8 / 1e9:.2f} Gb/s achieved x {who}'s "
+                f"round trip {_fmt(rtt_us)} us, TCP_INFO)")
+        (seen if bdp >= BUFFER_FILL * payload else clear).append(fact)
+    if seen:
+        return Cause("buffers", "seen", "; ".join(seen) + ": the window was held to the buffer",
+                     cost="one buffer per round trip: the stream can go no faster than buffer / round trip however "
+                          "fast the link is, and the longer the path's round trip the lower that ceiling",
+                     fix="leave --tcp-sndbuf/--tcp-rcvbuf at 0 (kernel autotuning) or set them to at least the "
+                         "bandwidth-delay product (link rate x round trip); a value above net.core.wmem_max/"
+                         "rmem_max is cut to it (sysctl -w net.core.wmem_max=... net.core.rmem_max=...)")
+    if unchecked and not clear:
+        return Cause("buffers", "unchecked", "; ".join(unchecked))
+    return Cause("buffers", "clear", "; ".join(clear + unchecked) or "no fixed buffer on a direction that sends")
+
+
+def _link(rec: Mapping[str, Any]) -> Cause:
+    """Link events during the run: carrier changes on the netdevs that carried the payload, link
+    downs, recoveries and symbol errors on every RDMA port of both sides' snapshots."""
+    counters = _m(rec, "counters")
+    moved: list[str] = []
+    read = 0
+    for side in ("local", "peer"):
+        snap = _m(counters, side)
+        host = snap.get("host") or side
+        devs: list[tuple[str, Mapping[str, Any], tuple[str, ...]]]
+        devs = [(name, _m(_m(snap, "net"), name), NETDEV_LINK_COUNTERS) for name in _carriers(rec, side)]
+        devs += [(name, dev, RDMA_LINK_COUNTERS) for name, dev in _m(snap, "rdma").items() if isinstance(dev, Mapping)]
+        for name, dev, keys in devs:
+            for key in keys:
+                d = _delta(dev, key)
+                if d is None:
+                    continue
+                read += 1
+                if d > 0:
+                    moved.append(f"{key} +{_fmt(d)} on {name} ({host})")
+    if moved:
+        return Cause("link", "seen", "during the run: " + ", ".join(moved),
+                     cost="while the link was down or retraining nothing moved: the run's time includes the outage "
+                          "(TCP waits for a retransmission timeout; RDMA QPs may have failed over or errored)",
+                     fix="find why the link dropped: the cable, transceiver or switch port (ip -s link, ethtool DEV, "
+                         "the switch's log; IB: ibstat, perfquery); rerun once it is stable")
+    if not read:
+        return Cause("link", "unchecked", "the counter snapshot holds no carrier or link-event counter of the devices "
+                                          "that carried the run (an older engine, or no carrying device)")
+    return Cause("link", "clear", f"no carrier change or link event ({read} counter{'s' if read > 1 else ''} read)")
 
 
 def _expected(rec: Mapping[str, Any]) -> tuple[float | None, str, float | None]:
@@ -377,5 +486,6 @@ def _expected(rec: Mapping[str, Any]) -> tuple[float | None, str, float | None]:
 def explain(rec: Mapping[str, Any]) -> Explanation:
     """The explanation of one ``fabscope.result`` record (with its ``path`` already attached)."""
     expected, basis, frac = _expected(rec)
-    causes = (_segmentation(rec), _retransmission(rec), _mtu(rec), _placement(rec), _cpu(rec))
+    causes = (_segmentation(rec), _retransmission(rec), _mtu(rec), _placement(rec), _cpu(rec), _buffers(rec),
+              _link(rec))
     return Explanation(expected_gbps=expected, expected_basis=basis, achieved_fraction=frac, causes=causes)

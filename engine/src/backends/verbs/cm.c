@@ -49,6 +49,10 @@ static int cm_connect_client(struct vb *v, const cJSON *peer, int deadline_ms, s
                                  .initiator_depth = (uint8_t)v->rd_atom,
                                  .retry_count = 7,
                                  .rnr_retry_count = 7};
+    if (v->cm_bound) {
+        cp.private_data = v->cm_token;
+        cp.private_data_len = (uint8_t)sizeof v->cm_token;
+    }
     if (rdma_connect(v->qp[0].id, &cp))
         return fs_fail(err, FS_EXIT_PEER, "rdma_cm: connect to %s: %s", v->cm_peer,
                        strerror(errno));
@@ -58,11 +62,47 @@ static int cm_connect_client(struct vb *v, const cJSON *peer, int deadline_ms, s
     return 0;
 }
 
+/* Whether a connection request carries this session's token (always, outside a session). */
+static int cm_request_ok(const struct vb *v, const struct rdma_cm_event *ev)
+{
+    if (!v->cm_bound)
+        return 1;
+    const uint8_t *got = ev->param.conn.private_data;
+    if (!got || ev->param.conn.private_data_len < sizeof v->cm_token)
+        return 0;
+    uint8_t diff = 0;
+    for (size_t i = 0; i < sizeof v->cm_token; i++)
+        diff |= (uint8_t)(got[i] ^ v->cm_token[i]);
+    return diff == 0;
+}
+
 static int cm_accept_server(struct vb *v, int deadline_ms, struct fs_err *err)
 {
     struct rdma_cm_event *ev = NULL;
-    if (cm_wait(v, RDMA_CM_EVENT_CONNECT_REQUEST, deadline_ms, &ev, err))
-        return -1;
+    uint64_t deadline = fs_now_ns() + (uint64_t)deadline_ms * 1000000ull;
+    for (;;) {
+        int left = fs_ms_until(deadline);
+        if (left == 0 || cm_wait(v, RDMA_CM_EVENT_CONNECT_REQUEST, left, &ev, err)) {
+            if (v->cm_strangers)
+                return fs_fail(err, FS_EXIT_PEER,
+                               "rdma_cm: no connection request with this session's token came "
+                               "within %d ms; %u request(s) without it were rejected (something "
+                               "else is connecting to %s)",
+                               deadline_ms, v->cm_strangers, v->cm_local);
+            return left == 0 ? fs_fail(err, FS_EXIT_PEER,
+                                       "rdma_cm: no connection request within %d ms on %s",
+                                       deadline_ms, v->cm_local)
+                             : -1;
+        }
+        if (cm_request_ok(v, ev))
+            break;
+        v->cm_strangers++;
+        struct rdma_cm_id *stranger = ev->id;
+        rdma_reject(stranger, NULL, 0);
+        rdma_ack_cm_event(ev);
+        rdma_destroy_id(stranger);
+        ev = NULL;
+    }
     v->qp[0].id = ev->id;
     uint8_t peer_init = ev->param.conn.initiator_depth;
     struct sockaddr *pa = rdma_get_peer_addr(ev->id);

@@ -78,6 +78,10 @@ void vb_describe(void *be, cJSON *o)
     if (v->o.cm) {
         cJSON_AddStringToObject(o, "cm_local", v->cm_local);
         cJSON_AddStringToObject(o, "cm_peer", v->cm_peer);
+        /* its connection request carried the session's token (serve's keyed runs) */
+        cJSON_AddBoolToObject(o, "session_bound", v->cm_bound);
+        if (v->is_server)
+            cJSON_AddNumberToObject(o, "cm_strangers", v->cm_strangers);
     }
     cJSON_AddBoolToObject(o, "verify", v->o.verify);
     if (v->mem_poll)

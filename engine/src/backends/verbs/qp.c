@@ -176,6 +176,10 @@ int vb_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
     *out = v;
     v->o = *(const struct vb_opts *)ctx->opts;
     v->is_server = ctx->is_server;
+    if (ctx->session_key && v->o.cm) {
+        v->cm_bound = 1;
+        fs_data_token(ctx->session_key, "verbs", v->cm_token);
+    }
     v->op = (enum fs_op)fs_op_by_name(ctx->spec->op);
     v->pat = (enum fs_pattern)fs_pattern_by_name(ctx->spec->pattern);
     v->svc = strcmp(v->o.qp_type, "uc") == 0 ? VB_UC : strcmp(v->o.qp_type, "ud") == 0 ? VB_UD

@@ -45,6 +45,8 @@ struct rdma_cm_id;
 struct rdma_event_channel;
 
 #include "../../core/backend.h"
+#include "../../core/clock.h"
+#include "../../core/ctl.h"
 #include "../../core/datapath.h"
 #include "../../core/inventory.h"
 
@@ -106,6 +108,11 @@ struct vb_qp {
 struct vb {
     struct vb_opts o;
     int is_server;
+    /* --cm in a keyed session (serve): the connection request carries the session's token
+     * (fs_data_token) as its private data; the server rejects and counts requests without it. */
+    int cm_bound;
+    uint8_t cm_token[FS_DATA_TOKEN_LEN];
+    unsigned cm_strangers;
     enum fs_op op;
     enum fs_pattern pat;
     enum vb_svc svc;
