@@ -827,7 +827,9 @@ static int accept_request(struct ofi *f, int deadline_ms, struct fs_err *err)
                 return fs_fail(err, FS_EXIT_PEER,
                                "ofi: no connection request with this session's token came within "
                                "%d ms; %u request(s) without it were rejected (something else is "
-                               "connecting to the endpoint)",
+                               "connecting to the endpoint: `ss -tnp` names it for the tcp providers; a "
+                               "client engine of another fabscope version sends no token: run one "
+                               "version on both hosts)",
                                deadline_ms, f->strangers);
             return left == 0 ? fs_fail(err, FS_EXIT_PEER,
                                        "ofi: no connection request event within %d ms", deadline_ms)

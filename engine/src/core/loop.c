@@ -2,6 +2,8 @@
 /* The only timing loops in fabscope. Backends post and progress; everything that reads the clock
  * or decides when a phase ends is here, identical for every transport. */
 #include <cjson/cJSON.h>
+#include <ctype.h>
+#include <dirent.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -605,13 +607,22 @@ static void cpu_sysfs(int64_t cpu, const char *leaf, char *buf, size_t len)
 /* The NUMA node of a CPU: the nodeN link in its sysfs directory, or -1 (no NUMA information). */
 static long cpu_numa_node(int64_t cpu)
 {
-    for (long node = 0; node < 1024; node++) {
-        char path[128];
-        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%lld/node%ld", (long long)cpu, node);
-        if (access(path, F_OK) == 0)
-            return node;
+    char path[96];
+    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%lld", (long long)cpu);
+    DIR *d = opendir(path);
+    long node = -1;
+    if (!d)
+        return -1;
+    for (struct dirent *e; node < 0 && (e = readdir(d));) {
+        char *end;
+        if (strncmp(e->d_name, "node", 4) == 0 && isdigit((unsigned char)e->d_name[4])) {
+            long n = strtol(e->d_name + 4, &end, 10);
+            if (*end == 0)
+                node = n;
+        }
     }
-    return -1;
+    closedir(d);
+    return node;
 }
 
 cJSON *fs_cpu_use_json(const struct fs_side_view *v)

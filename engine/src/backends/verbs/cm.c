@@ -87,7 +87,8 @@ static int cm_accept_server(struct vb *v, int deadline_ms, struct fs_err *err)
                 return fs_fail(err, FS_EXIT_PEER,
                                "rdma_cm: no connection request with this session's token came "
                                "within %d ms; %u request(s) without it were rejected (something "
-                               "else is connecting to %s)",
+                               "else is connecting to %s: `rdma res show cm_id` names it; a client engine of "
+                               "another fabscope version sends no token: run one version on both hosts)",
                                deadline_ms, v->cm_strangers, v->cm_local);
             return left == 0 ? fs_fail(err, FS_EXIT_PEER,
                                        "rdma_cm: no connection request within %d ms on %s",
