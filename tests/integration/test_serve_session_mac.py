@@ -8,101 +8,63 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from serve_helpers import make_key, serve, shut_both
+from frame_relay import MAC_BYTES, FrameRelay
+from serve_helpers import make_key, serve
 
-from conftest import fabscope
+from conftest import REPO, fabscope
 from fabscope import auth
 
 QUICK = ("--iters", "100", "--warmup", "10", "--sizes", "8", "--timeout", "5")
 
 
-def _exact(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise EOFError
-        out += chunk
-    return out
+def _sockaddr_in(name_hex: str) -> tuple[str, int]:
+    """libfabric's FI_SOCKADDR_IN name (struct sockaddr_in, as the engine reports it in hex)."""
+    raw = bytes.fromhex(name_hex)
+    return socket.inet_ntoa(raw[4:8]), int.from_bytes(raw[2:4], "big")
 
 
-class FrameRelay:
-    """Client <-> serve, frame by frame. Frames before the welcome (the client's hello; the
-    serve's hello and welcome) have no MAC; every later one has 32 bytes of MAC after its body.
-    `tamper` = (direction 'c' or 's', index of the frame in that direction): a digit in that
-    frame's body is changed (the JSON stays valid: only the MAC can tell)."""
-
-    def __init__(self, target_port: int, tamper: tuple[str, int] | None, rogue: bool = False) -> None:
-        self.target_port = target_port
-        self.tamper = tamper
-        self.tampered = threading.Event()
-        # rogue: on seeing the server's data address go by, connect to it first (as anyone on the
-        # path could) and record what the server did with that connection.
-        self.rogue = rogue
-        self.rogue_result: list[str] = []
-        self.lsock = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.lsock.getsockname()[1])
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket, direction: str) -> None:
-        plain = 1 if direction == "c" else 2  # frames before the MACs start
-        index = 0
+def _tcp_stranger(addr: str, port: int) -> str:
+    """Connects to the server's tcp data port first (as anyone on the path could), sends what is not
+    the session's token and then "data"; says what the server did with that connection."""
+    with socket.create_connection((addr, port), timeout=5) as s:
+        s.sendall(b"\x00" * auth.MAC_BYTES + b"x" * 4096)
         try:
-            while True:
-                head = _exact(src, 4)
-                body = bytearray(_exact(src, int.from_bytes(head, "big")))
-                mac = _exact(src, auth.MAC_BYTES) if index >= plain else b""
-                if self.rogue and direction == "s" and index >= plain:
-                    address = json.loads(bytes(body)).get("address") or {}
-                    if "port" in address:
-                        threading.Thread(target=self._rogue, args=(str(address["addr"]), int(address["port"])),
-                                         daemon=True).start()
-                        time.sleep(0.2)  # the stranger is on the data port before the client hears of it
-                if self.tamper == (direction, index):
-                    at = next(i for i, b in enumerate(body) if chr(b).isdigit())
-                    body[at] = ord("1") if body[at] != ord("1") else ord("2")
-                    self.tampered.set()
-                dst.sendall(head + bytes(body) + mac)
-                index += 1
-        except (EOFError, OSError, StopIteration):
-            pass
-        finally:
-            shut_both(dst, src)
+            return "closed" if s.recv(1) == b"" else "answered"
+        except ConnectionResetError:
+            return "closed"
+        except TimeoutError:
+            return "kept"
 
-    def _rogue(self, addr: str, port: int) -> None:
-        with socket.create_connection((addr, port), timeout=5) as s:
-            s.sendall(b"\x00" * auth.MAC_BYTES + b"x" * 4096)  # not the session's token, then "data"
-            try:
-                self.rogue_result.append("closed" if s.recv(1) == b"" else "answered")
-            except ConnectionResetError:
-                self.rogue_result.append("closed")
-            except TimeoutError:
-                self.rogue_result.append("kept")
 
-    def _run(self) -> None:
-        self.lsock.settimeout(60)
-        client, _ = self.lsock.accept()
-        server = socket.create_connection(("127.0.0.1", self.target_port), timeout=10)
-        for s in (client, server):
-            s.settimeout(None)
-        up = threading.Thread(target=self._pipe, args=(client, server, "c"), daemon=True)
-        up.start()
-        self._pipe(server, client, "s")
-        up.join(30)
-        client.close()
-        server.close()
-        self.lsock.close()
+def _start(stranger: Callable[[], None]) -> None:
+    """The stranger goes first: the relay holds serve's frame (the client has not heard of the data
+    address yet) while the stranger connects."""
+    threading.Thread(target=stranger, daemon=True).start()
+    time.sleep(0.3)
+
+
+def _wait_for(seen: list[str]) -> None:
+    deadline = time.monotonic() + 15
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_the_relays_mac_length_is_the_sessions() -> None:
+    assert MAC_BYTES == auth.MAC_BYTES
 
 
 def test_an_untouched_relay_leaves_the_run_intact(tmp_path: Path) -> None:
     key = make_key(tmp_path / "key")
     with serve(tmp_path, "--key-file", str(key)) as srv:
-        relay = FrameRelay(srv.port, None)
+        relay = FrameRelay(("127.0.0.1", srv.port), None)
         out = fabscope("run", "--peer", f"127.0.0.1:{relay.port}", "--key-file", str(key), *QUICK, timeout=60)
         assert out.returncode == 0, out.stderr
 
@@ -116,7 +78,7 @@ def test_one_changed_byte_after_the_handshake_ends_the_session_with_a_logged_rea
         tmp_path: Path, tamper: tuple[str, int], who: str) -> None:
     key = make_key(tmp_path / "key")
     with serve(tmp_path, "--key-file", str(key)) as srv:
-        relay = FrameRelay(srv.port, tamper)
+        relay = FrameRelay(("127.0.0.1", srv.port), tamper)
         out = fabscope("run", "--peer", f"127.0.0.1:{relay.port}", "--key-file", str(key), *QUICK, timeout=60)
         assert relay.tampered.is_set(), "the relay never saw that frame"
         assert out.returncode == 3, (out.returncode, out.stderr)
@@ -138,22 +100,63 @@ def test_a_stranger_on_the_tcp_data_port_is_not_taken_for_the_client(tmp_path: P
     stranger that reaches the server's data port first is closed, and the run goes on with the
     real client's connection (before, the server took the first connection to arrive)."""
     key = make_key(tmp_path / "key")
+    seen: list[str] = []
+
+    def stranger(body: dict[str, Any]) -> None:
+        address = body.get("address") or {}
+        if "port" in address:
+            _start(lambda: seen.append(_tcp_stranger(str(address["addr"]), int(address["port"]))))
+
     with serve(tmp_path, "--key-file", str(key)) as srv:
-        relay = FrameRelay(srv.port, None, rogue=True)
+        relay = FrameRelay(("127.0.0.1", srv.port), on_server_frame=stranger)
         out = fabscope("run", "--peer", f"127.0.0.1:{relay.port}", "--key-file", str(key), "--backend", "tcp",
-                       *QUICK, timeout=60)
-        assert out.returncode == 0, out.stderr
-        deadline = time.monotonic() + 10
-        while not relay.rogue_result and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert relay.rogue_result == ["closed"], relay.rogue_result
+                       *QUICK, "--format", "json", "--no-store", timeout=60)
+    assert out.returncode == 0, out.stderr
+    _wait_for(seen)
+    assert seen == ["closed"]
+    assert json.loads(out.stdout.splitlines()[0])["transport"]["peer"]["strangers_rejected"] == 1
+
+
+def test_a_stranger_on_the_ofi_msg_port_is_rejected(tmp_path: Path, engine: Path) -> None:
+    """ofi msg: a libfabric connection request to the server's endpoint whose data is not the session's
+    token (fs-ofi-stranger, a real fi_connect) is rejected (FI_ECONNREFUSED), counted, and the run
+    goes on with the real client's request."""
+    tool = next((p for p in (engine.parent / "fs-ofi-stranger", REPO / "build" / "engine" / "fs-ofi-stranger")
+                 if p.exists()), None)
+    assert tool, "fs-ofi-stranger is built with the engine's tests (engine/CMakeLists.txt)"
+    key = make_key(tmp_path / "key")
+    strangers: list[subprocess.Popen[str]] = []
+
+    def stranger(body: dict[str, Any]) -> None:
+        name = (body.get("address") or {}).get("name")
+        if body.get("type") == "ready" and name:
+            addr, port = _sockaddr_in(str(name))
+            # the stranger's request is out before the client hears of the address; the server's
+            # answer to it is read after the run
+            proc = subprocess.Popen([str(tool), "tcp", addr, str(port)], stdout=subprocess.PIPE, text=True)
+            strangers.append(proc)
+            assert proc.stdout and proc.stdout.readline().strip() == "sent"
+
+    with serve(tmp_path, "--key-file", str(key)) as srv:
+        relay = FrameRelay(("127.0.0.1", srv.port), on_server_frame=stranger)
+        out = fabscope("run", "--peer", f"127.0.0.1:{relay.port}", "--key-file", str(key), "--backend", "ofi",
+                       "--provider", "tcp", "--ofi-ep", "msg", *QUICK, "--format", "json", "--no-store", timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert len(strangers) == 1
+    said, _ = strangers[0].communicate(timeout=30)
+    # never connected: the tcp provider's reject reaches the stranger as a refusal or, when the
+    # server's close overtakes it, as a reset
+    assert said.split("\n", 1)[0] in ("rejected", "error Connection reset by peer"), said
+    peer = json.loads(out.stdout.splitlines()[0])["transport"]["peer"]
+    # rejected by the engine's check, not refused for want of a listener
+    assert peer["session_bound"] is True and peer["strangers_rejected"] == 1, peer
 
 
 def test_a_changed_doctor_answer_is_refused(tmp_path: Path) -> None:
     """`doctor --peer`: the serve's one answer after the welcome is MACed too."""
     key = make_key(tmp_path / "key")
     with serve(tmp_path, "--key-file", str(key)) as srv:
-        relay = FrameRelay(srv.port, ("s", 2))
+        relay = FrameRelay(("127.0.0.1", srv.port), ("s", 2))
         out = fabscope("doctor", "--peer", f"127.0.0.1:{relay.port}", "--key-file", str(key), timeout=120)
         assert relay.tampered.is_set(), "the relay never saw the answer"
         assert out.returncode == 3 and "failed its authentication" in out.stderr, (out.returncode, out.stderr)

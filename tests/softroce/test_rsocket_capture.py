@@ -49,6 +49,11 @@ CASES = {
               "--sizes 64 --iters 100",
     "key-cm": f"{VERBS.replace('--peer server', '--peer server:18800')} --key-file /fabscope-ctl/key --cm --op send "
               "--sizes 64 --iters 100 --format json",
+    # the same through a control relay that first sends rping's connection request (no token) to
+    # the server engine's rdma_cm port: it is rejected and counted, the run goes on
+    "key-cm-stranger": "python3 /fabscope/tests/softroce/cm_stranger.py server 18800 /out/key-cm-stranger.rping -- "
+                       "--key-file /fabscope-ctl/key --backend verbs --device rxe0 --timeout 60 --cm --op send "
+                       "--sizes 64 --iters 100 --format json",
 }
 SERVER = ("sh -c 'fabscope serve --bind 0.0.0.0 --insecure-no-auth --timeout 60 & "
           "setpriv --bounding-set=-net_raw --inh-caps=-net_raw -- fabscope serve --bind 0.0.0.0 --port 18700 "
@@ -233,5 +238,18 @@ def test_data_connections_of_a_keyed_session_carry_its_token(pair: Path, name: s
     for side in ("local", "peer"):
         assert rec["transport"][side]["session_bound"] is True, rec["transport"][side]
     if name == "key-cm":
-        assert rec["transport"]["peer"]["cm"] is True and rec["transport"]["peer"]["cm_strangers"] == 0
+        assert rec["transport"]["peer"]["cm"] is True and rec["transport"]["peer"]["strangers_rejected"] == 0
     assert rec["path"]["verdict"] == "verified", rec["path"].get("reason")
+
+
+@pytest.mark.softroce
+def test_a_foreign_rdma_cm_request_on_a_keyed_sessions_port_is_rejected(pair: Path) -> None:
+    """rping's connection request reached the server engine's rdma_cm port before the client's (the
+    relay held the address until it was out): the engine rejected it for want of the session's
+    token, counted it, and took the real client's request; rping was told REJECTED."""
+    name = "key-cm-stranger"
+    assert _rc(pair, name) == 0, (pair / f"{name}.err").read_text()
+    rping = (pair / f"{name}.rping").read_text()
+    assert rping.split("\n", 1)[0] != "0" and "REJECTED" in rping, rping
+    peer = _records(pair, name)[0]["transport"]["peer"]
+    assert peer["session_bound"] is True and peer["strangers_rejected"] == 1, peer

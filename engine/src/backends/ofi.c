@@ -1168,8 +1168,11 @@ static void ofi_describe(void *be, cJSON *o)
     char buf[64];
     snprintf(buf, sizeof buf, "%u.%u", FI_MAJOR(v), FI_MINOR(v));
     cJSON_AddStringToObject(o, "libfabric_version", buf);
-    if (f->ep_type == FI_EP_MSG) /* the connection's binding to the session (serve's runs) */
+    if (f->ep_type == FI_EP_MSG) { /* the connection's binding to the session (serve's runs) */
         cJSON_AddBoolToObject(o, "session_bound", f->bound);
+        if (f->is_server) /* connection requests rejected for want of the session's token */
+            cJSON_AddNumberToObject(o, "strangers_rejected", f->strangers);
+    }
     if (!f->info)
         return;
     /* The names come from the info the fabric and domain were opened with: a connection

@@ -331,6 +331,8 @@ static void rs_describe(void *be, cJSON *o)
     struct rs *r = be;
     cJSON_AddStringToObject(o, "kind", "rsocket");
     cJSON_AddBoolToObject(o, "session_bound", r->s.bound); /* its token checked (serve's runs) */
+    if (r->s.is_server)
+        cJSON_AddNumberToObject(o, "strangers_rejected", r->s.strangers);
     if (r->s.fd < 0)
         return;
     char buf[128], ip[INET6_ADDRSTRLEN], dev[64] = "";

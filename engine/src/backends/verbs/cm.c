@@ -271,7 +271,9 @@ int vb_cm_setup(struct vb *v, const char *bind, struct fs_err *err)
                                ? ibv_get_device_name(v->listen_id->verbs->device)
                                : "(none)",
                            v->dev_name, v->dev_sel);
-        if (rdma_listen(v->listen_id, 1))
+        /* A backlog beyond the one client: a stranger's request waiting to be read and rejected must
+         * not make the kernel turn the real client's away. */
+        if (rdma_listen(v->listen_id, 8))
             return fs_fail(err, FS_EXIT_MEASURE, "rdma_cm: listen on %s: %s", addr,
                            strerror(errno));
         snprintf(v->cm_local, sizeof v->cm_local, "%s:%u", addr,

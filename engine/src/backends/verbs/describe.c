@@ -81,7 +81,7 @@ void vb_describe(void *be, cJSON *o)
         /* its connection request carried the session's token (serve's keyed runs) */
         cJSON_AddBoolToObject(o, "session_bound", v->cm_bound);
         if (v->is_server)
-            cJSON_AddNumberToObject(o, "cm_strangers", v->cm_strangers);
+            cJSON_AddNumberToObject(o, "strangers_rejected", v->cm_strangers);
     }
     cJSON_AddBoolToObject(o, "verify", v->o.verify);
     if (v->mem_poll)
