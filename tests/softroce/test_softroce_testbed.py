@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "python") not in sys.path:  # no conftest needed: PYTHONPATH=python also works
     sys.path.insert(0, str(REPO / "python"))
 
-from fabscope.testbed import softroce  # noqa: E402
+from fabscope.testbed import softroce, softroce_guests  # noqa: E402
 
 GID = "/sys/class/infiniband/rxe0/ports/1"
 
@@ -224,7 +224,7 @@ def test_run_without_command_explains(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_control_dir_quotes_argv_exactly(tmp_path: Path) -> None:
     argv = ["printf", "%s|", "a b", "it's", "$HOME", "*"]
-    softroce._write_control_dir(
+    softroce_guests._write_control_dir(
         tmp_path / "ctl", nonce="00", role="single", addr="192.168.77.1", peer="192.168.77.1",
         hosts="", cmd=argv, rdma="rxe", wait_go=False, keep_alive=False, go_timeout_s=10,
         siw_ko=None, extra_files={},
@@ -244,12 +244,12 @@ def test_two_guest_ssh_key_is_per_run_and_owner_only(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
-    ka, kb = softroce._ssh_key_pair(a), softroce._ssh_key_pair(b)
+    ka, kb = softroce_guests._ssh_key_pair(a), softroce_guests._ssh_key_pair(b)
     assert set(ka) == {"ssh_key", "ssh_key.pub"}
     assert (ka["ssh_key"].stat().st_mode & 0o077) == 0
     assert ka["ssh_key.pub"].read_text().startswith("ssh-ed25519 ")
     assert ka["ssh_key.pub"].read_text() != kb["ssh_key.pub"].read_text()
-    softroce._write_control_dir(
+    softroce_guests._write_control_dir(
         tmp_path / "ctl", nonce="00", role="client", addr="192.168.77.2", peer="192.168.77.1",
         hosts="", cmd=["true"], rdma="rxe", wait_go=False, keep_alive=False, go_timeout_s=10,
         siw_ko=None, extra_files=ka,

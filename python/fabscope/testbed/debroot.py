@@ -20,8 +20,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import softroce
-from .softroce import SoftRoceError as DebRootError
+from . import softroce_base as softroce
+from .softroce_base import SoftRoceError as DebRootError
+from .softroce_image import unmount_below
 
 RECIPE_VERSION = "1"
 BUILD_TIMEOUT_S = 1200.0
@@ -46,8 +47,8 @@ def build(packages: Sequence[str]) -> Path:
         return final
     if os.geteuid() != 0:
         raise DebRootError(f"building a Debian root needs root (debootstrap, chroot); none cached at {final}")
-    softroce._need_tool("debootstrap", "build the clean Debian root")
-    with softroce._locked(cache / ".build.lock", BUILD_TIMEOUT_S, "Debian root build"):
+    softroce.need_tool("debootstrap", "build the clean Debian root")
+    with softroce.locked(cache / ".build.lock", BUILD_TIMEOUT_S, "Debian root build"):
         if (cache / key / "manifest.json").is_file():
             return final
         started = time.monotonic()
@@ -59,7 +60,7 @@ def build(packages: Sequence[str]) -> Path:
         cmd = ["debootstrap", "--variant=minbase", f"--cache-dir={debs}", "--include=" + ",".join(sorted(set(packages))),
                softroce.SUITE, str(work / "root"), softroce.debian_mirror()]
         try:
-            softroce._run_logged(cmd, work / "build.log", "debootstrap (clean Debian root)", BUILD_TIMEOUT_S)
+            softroce.run_logged(cmd, work / "build.log", "debootstrap (clean Debian root)", BUILD_TIMEOUT_S)
             for path in ("var/cache/apt/archives", "var/lib/apt/lists"):  # what apt downloaded: not needed again
                 for item in (work / "root" / path).glob("*.deb"):
                     item.unlink()
@@ -70,7 +71,7 @@ def build(packages: Sequence[str]) -> Path:
                         "build_seconds": round(time.monotonic() - started, 1)}
             (cache / key / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         finally:
-            softroce._unmount_below(work)
+            unmount_below(work)
             shutil.rmtree(work, ignore_errors=True)
     return final
 
