@@ -36,6 +36,9 @@ FABSCOPE: list[tuple[str, list[str], dict[str, str]]] = [
 # field report is about, Open MPI pml ucx, MPICH ch4:ucx), each asked for rxe0 (UCX: rxe0:1).
 SUITE = ["fabscope", "suite", "--peer", "peer", "--hosts", "client,server", "--quick", "--no-store",
          "--timeout", "60", "--device", "rxe0", "--backends", "verbs,ucx,ofi,mpi"]
+# The same transports over TCP on the same two hosts (the field report's comparison: MPI/UCX over
+# RoCE against TCP), each asked for eth0 and verified there.
+SUITE_TCP = [*SUITE[:SUITE.index("--device")], "--device", "eth0", "--backends", "ucx,ofi,mpi"]
 
 # name, server command (in the server guest, over ssh), client command
 PEERS: list[tuple[str, str, list[str]]] = [
@@ -107,17 +110,17 @@ def fabscope_case(out, name: str, args: list[str], env: dict[str, str]) -> None:
                  "stderr": se[-3000:], "elapsed_s": round(time.monotonic() - t0, 1)})
 
 
-def suite_case(out) -> None:
-    """The suite writes its own report (suite.json, hosts.jsonl) into OUT/suite; MPI ranks of its
+def suite_case(out, name: str = "suite", suite: list[str] = SUITE) -> None:
+    """The suite writes its own report (suite.json, hosts.jsonl) into OUT/<name>; MPI ranks of its
     rows start in the server guest over the testbed's ssh."""
     t0 = time.monotonic()
-    argv = [*SUITE, "--out", os.path.join(OUT, "suite")]
+    argv = [*suite, "--out", os.path.join(OUT, name)]
     try:
         c = subprocess.run(argv, capture_output=True, text=True, timeout=900)
         rc, so, se = c.returncode, c.stdout, c.stderr
     except subprocess.TimeoutExpired:
         rc, so, se = None, "", "suite timed out after 900 s"
-    record(out, {"case": "suite", "kind": "suite", "argv": argv, "rc": rc, "stdout": so[-6000:],
+    record(out, {"case": name, "kind": "suite", "argv": argv, "rc": rc, "stdout": so[-6000:],
                  "stderr": se[-3000:], "elapsed_s": round(time.monotonic() - t0, 1)})
 
 
@@ -127,6 +130,7 @@ def main() -> int:
         for name, server, client in PEERS:
             peer_case(out, name, server, client)
         suite_case(out)
+        suite_case(out, "suite-eth0", SUITE_TCP)
         for name, args, env in FABSCOPE:
             fabscope_case(out, name, args, env)
     # bench/softroce_vs_middleware_peers.py in its smallest mode, in this boot (the test passes its plan)

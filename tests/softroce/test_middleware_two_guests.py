@@ -47,10 +47,11 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
         if (out / "client" / "cases" / "cases.jsonl").exists() else []
     got = {c["case"]: c for c in map(json.loads, lines)}
     assert rc == 0 and got, log[-3000:]
-    suite = out / "client" / "cases" / "suite"
-    got["suite"]["summary"] = json.loads((suite / "suite.json").read_text()) if (suite / "suite.json").exists() else {}
-    got["suite"]["records"] = [json.loads(line) for line in (suite / "hosts.jsonl").read_text().splitlines()] \
-        if (suite / "hosts.jsonl").exists() else []
+    for name in ("suite", "suite-eth0"):
+        suite = out / "client" / "cases" / name
+        got[name]["summary"] = json.loads((suite / "suite.json").read_text()) if (suite / "suite.json").exists() else {}
+        got[name]["records"] = [json.loads(line) for line in (suite / "hosts.jsonl").read_text().splitlines()] \
+            if (suite / "hosts.jsonl").exists() else []
     bench = out / "client" / "cases" / "bench.jsonl"
     got["bench"] = {"records": [json.loads(line) for line in bench.read_text().splitlines()] if bench.exists() else []}
     return got
@@ -74,8 +75,8 @@ def _bench_cases() -> list[Any]:
     return [c for c in _bench_module().cases(lat_n=100, bw_n=64) if c.name in BENCH_CASES]
 
 
-def _rows(cases: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    suite = cases["suite"]
+def _rows(cases: dict[str, dict[str, Any]], name: str = "suite") -> dict[str, dict[str, Any]]:
+    suite = cases[name]
     rows = {r["label"]: r for r in suite["summary"].get("rows", [])}
     assert rows, suite["stderr"][-2000:]
     return rows
@@ -133,6 +134,22 @@ def test_suite_on_rxe0_rows_and_where_they_ran(cases: dict[str, dict[str, Any]])
             (rows[label], cases["suite"]["summary"]["notes"])
     misrouted = [n for n in cases["suite"]["summary"]["notes"] if "MISROUTED" in n]
     assert misrouted and all("went over eth0 (client) / eth0 (server)" in n for n in misrouted), misrouted
+
+
+def test_suite_on_eth0_has_the_same_transports_over_tcp_verified_there(cases: dict[str, dict[str, Any]]) -> None:
+    """The field report's comparison on the same two hosts: UCX, libfabric and MPI (Open MPI both ways,
+    MPICH) over TCP on eth0, each verified on eth0 with figures, beside their RDMA rows on rxe0."""
+    tcp, rdma = _rows(cases, "suite-eth0"), _rows(cases)
+    assert cases["suite-eth0"]["rc"] == 0, (cases["suite-eth0"]["stderr"][-2000:], tcp)
+    for label, row in tcp.items():
+        assert row["path"] == "verified" and "eth0" in label, (label, row)
+        assert isinstance(row["lat8_p50_us"], float) and isinstance(row["bw1m_gbps"], float), (label, row)
+    for family in ("ucx tag (ucx-tls ", "ofi send (provider ", "mpi send (openmpi, pml ucx, ", "mpi send (mpich, ",
+                   "mpi send (openmpi, device"):
+        assert [label for label in tcp if label.startswith(family)], (family, sorted(tcp))
+        assert [label for label in rdma if label.startswith(family)], (family, sorted(rdma))
+    carried = {row["carried_by"] for row in tcp.values()}
+    assert "ucx tcp on eth0" in carried and "mpi pml ob1 btl tcp" in carried, carried
 
 
 @pytest.mark.parametrize("lanes", [{"rc_verbs"}, {"ud_verbs"}])
