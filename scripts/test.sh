@@ -47,7 +47,7 @@ fi
 stage "python: unit and integration tests"
 markers="not soak"
 [ -n "${FABSCOPE_FAST:-}" ] && markers="not softroce and not soak and not packaging"
-python -m pytest -q -p no:cacheprovider --durations=20 ${markers:+-m "$markers"} tests
+python -m pytest -q -p no:cacheprovider --durations=40 ${markers:+-m "$markers"} tests
 
 if [ -z "${FABSCOPE_FAST:-}" ]; then
   stage "python: soak of fabscope serve (honest runs among hostile connections, ~3 min)"
