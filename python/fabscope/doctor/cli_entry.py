@@ -9,6 +9,7 @@ message and give EXIT_USAGE (2), never a traceback.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -49,6 +50,18 @@ def _check_root(root: Path) -> None:
             f"class/net and, with RDMA, class/infiniband); leave it out to read /sys")
 
 
+def _parse(parser: _Parser, argv: Sequence[str] | None) -> tuple[argparse.Namespace, Path] | None:
+    """The arguments and the checked sysfs root; None once a usage error has been printed."""
+    try:
+        args = parser.parse_args(list(argv) if argv is not None else None)
+        root = sysfs_root_from_env(args.sysfs_root)
+        _check_root(root)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return None
+    return args, root
+
+
 def devices_parser() -> _Parser:
     return _common("fabscope devices", "RDMA devices, ports, GIDs, netdevs, PCI and NUMA placement")
 
@@ -66,14 +79,10 @@ def doctor_parser() -> _Parser:
 
 def main_devices(argv: Sequence[str] | None = None, parse_only: bool = False) -> int:
     """parse_only: check the arguments, read nothing."""
-    parser = devices_parser()
-    try:
-        args = parser.parse_args(list(argv) if argv is not None else None)
-        root = sysfs_root_from_env(args.sysfs_root)
-        _check_root(root)
-    except UsageError as exc:
-        print(exc, file=sys.stderr)
+    parsed = _parse(devices_parser(), argv)
+    if parsed is None:
         return EXIT_USAGE
+    args, root = parsed
     if parse_only:
         return 0
     inv = discover_with_engine(root)
@@ -83,14 +92,10 @@ def main_devices(argv: Sequence[str] | None = None, parse_only: bool = False) ->
 
 def main_doctor(argv: Sequence[str] | None = None, parse_only: bool = False) -> int:
     """parse_only: check the arguments, run no check."""
-    parser = doctor_parser()
-    try:
-        args = parser.parse_args(list(argv) if argv is not None else None)
-        root = sysfs_root_from_env(args.sysfs_root)
-        _check_root(root)
-    except UsageError as exc:
-        print(exc, file=sys.stderr)
+    parsed = _parse(doctor_parser(), argv)
+    if parsed is None:
         return EXIT_USAGE
+    args, root = parsed
     ctx = Context(sysfs_root=root, expected_link_layer=args.expect_link_layer)
     if args.key_file and args.peer is None:
         print("fabscope doctor: --key-file applies only with --peer HOST (the key of that host's serve)",

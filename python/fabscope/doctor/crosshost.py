@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 import socket
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from fabscope import __version__
@@ -18,25 +18,37 @@ from fabscope.doctor.core import Context, Finding, Severity
 FACTS_SCHEMA = "fabscope.hostfacts/1"
 
 
+# The software both hosts should run alike: (fact, label, why a difference matters). A fact
+# is a key of HostFacts.versions and of the facts JSON.
+_VERSION_FIELDS = [
+    ("kernel", "kernel", "the RDMA core and drivers are in the kernel; differences change behaviour"),
+    ("rdma_core", "rdma-core", "user-space verbs providers must match across hosts for reproducible results"),
+    ("ucx", "UCX", "UCX wire protocol and defaults change between releases; mixed versions may not connect"),
+    ("openmpi", "Open MPI", "Open MPI requires the same version on every rank"),
+    ("libfabric", "libfabric", "providers differ between releases"),
+    ("fabscope", "fabscope", "the control protocol is versioned; both ends must agree"),
+]
+
+
 @dataclass
 class HostFacts:
     hostname: str
-    kernel: str | None = None
-    rdma_core: str | None = None
-    ucx: str | None = None
-    openmpi: str | None = None
-    libfabric: str | None = None
-    fabscope: str | None = None
+    # fact of _VERSION_FIELDS -> the version found, None when not found
+    versions: dict[str, str | None] = field(default_factory=dict)
     netdev_mtus: dict[str, int] = field(default_factory=dict)
     port_active_mtus: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HostFacts:
-        known = {f for f in cls.__dataclass_fields__}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        if "hostname" not in kwargs:
+        if "hostname" not in data:
             raise ValueError("host facts without a 'hostname' field")
-        return cls(**kwargs)
+        return cls(hostname=data["hostname"], versions={fact: data.get(fact) for fact, _, _ in _VERSION_FIELDS},
+                   netdev_mtus=data.get("netdev_mtus", {}), port_active_mtus=data.get("port_active_mtus", {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (flat: each version under its fact's name)."""
+        return {"hostname": self.hostname, **{fact: self.versions.get(fact) for fact, _, _ in _VERSION_FIELDS},
+                "netdev_mtus": dict(self.netdev_mtus), "port_active_mtus": dict(self.port_active_mtus)}
 
 
 def _first(pattern: str, text: str) -> str | None:
@@ -64,22 +76,12 @@ def collect_host_facts(ctx: Context) -> dict[str, Any]:
     inv = ctx.inventory
     facts = HostFacts(
         hostname=socket.gethostname() if ctx.live else f"sysfs:{ctx.sysfs_root}",
-        kernel=kernel, rdma_core=rdma_core, ucx=ucx, openmpi=ompi, libfabric=ofi,
-        fabscope=__version__,
+        versions={"kernel": kernel, "rdma_core": rdma_core, "ucx": ucx, "openmpi": ompi, "libfabric": ofi,
+                  "fabscope": __version__},
         netdev_mtus={nd.name: nd.mtu for nd in inv.netdevs if nd.mtu is not None and nd.kind != "loopback"},
         port_active_mtus={f"{d.name}/{p.num}": p.active_mtu for d, p in inv.ports() if p.active_mtu is not None},
     )
-    return {"schema": FACTS_SCHEMA, **asdict(facts)}
-
-
-_VERSION_FIELDS = [
-    ("kernel", "kernel", "the RDMA core and drivers are in the kernel; differences change behaviour"),
-    ("rdma_core", "rdma-core", "user-space verbs providers must match across hosts for reproducible results"),
-    ("ucx", "UCX", "UCX wire protocol and defaults change between releases; mixed versions may not connect"),
-    ("openmpi", "Open MPI", "Open MPI requires the same version on every rank"),
-    ("libfabric", "libfabric", "providers differ between releases"),
-    ("fabscope", "fabscope", "the control protocol is versioned; both ends must agree"),
-]
+    return {"schema": FACTS_SCHEMA, **facts.to_dict()}
 
 
 def compare_hosts(local: HostFacts | dict[str, Any], peer: HostFacts | dict[str, Any]) -> list[Finding]:
@@ -88,7 +90,7 @@ def compare_hosts(local: HostFacts | dict[str, Any], peer: HostFacts | dict[str,
     b = peer if isinstance(peer, HostFacts) else HostFacts.from_dict(peer)
     out: list[Finding] = []
     for attr, label, why in _VERSION_FIELDS:
-        va, vb = getattr(a, attr), getattr(b, attr)
+        va, vb = a.versions.get(attr), b.versions.get(attr)
         ev = f"{a.hostname}: {label} {va or 'not found'}; {b.hostname}: {label} {vb or 'not found'}"
         if va == vb:
             out.append(Finding(f"crosshost.{attr}", "ok", f"same {label} on both hosts ({va or 'absent'})", ev))

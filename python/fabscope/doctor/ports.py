@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fabscope.devices import (
     NetDev,
     Port,
@@ -21,9 +23,25 @@ def _port_file(ctx: Context, d: RdmaDevice, p: Port, attr: str) -> str:
     return str(ctx.sys(f"class/infiniband/{d.name}/ports/{p.num}/{attr}"))
 
 
-def _no_rdma(check_id: str) -> list[Finding]:
-    # Reported once by rdma.devices; the per-port checks have nothing to say.
-    return []
+# Judges one port: (context, device, port, finding id) -> that port's finding, or None.
+PortJudge = Callable[[Context, RdmaDevice, Port, str], Finding | None]
+
+
+def _port_check(name: str) -> Callable[[PortJudge], PortJudge]:
+    """Register the check ``name`` that judges every RDMA port on its own. The judge gets the
+    finding id ``<name>.<device>/<port>`` and returns None when it has nothing to say about a port.
+    A host without RDMA devices has no port to judge (rdma.devices reports that, once)."""
+
+    def register(judge: PortJudge) -> PortJudge:
+        def run(ctx: Context) -> list[Finding]:
+            found = (judge(ctx, d, p, f"{name}.{_pname(d, p)}") for d, p in ctx.inventory.ports())
+            return [f for f in found if f is not None]
+
+        run.__doc__ = judge.__doc__
+        check(name, "ports")(run)
+        return judge
+
+    return register
 
 
 @check("rdma.devices", "rdma")
@@ -41,102 +59,78 @@ def check_devices(ctx: Context) -> list[Finding]:
     return [Finding("rdma.devices", "ok", f"RDMA devices: {names}", f"{base}: {names}")]
 
 
-@check("ports.state", "ports")
-def check_state(ctx: Context) -> list[Finding]:
+@_port_check("ports.state")
+def check_state(ctx: Context, d: RdmaDevice, p: Port, fid: str) -> Finding | None:
     """Logical and physical state of every RDMA port."""
-    inv = ctx.inventory
-    if not inv.rdma_devices:
-        return _no_rdma("ports.state")
-    out: list[Finding] = []
-    for d, p in inv.ports():
-        fid = f"ports.state.{_pname(d, p)}"
-        ev = (f"{_port_file(ctx, d, p, 'state')} = {p.state or 'unreadable'}, "
-              f"{_port_file(ctx, d, p, 'phys_state')} = {p.phys_state or 'unreadable'}")
-        if p.state is None:
-            out.append(Finding(fid, "info", f"{_pname(d, p)}: port state unknown", ev,
-                               "the state file could not be read", "read it with `ibv_devinfo -d "
-                               f"{d.name} -i {p.num}`"))
-        elif p.state == "ACTIVE":
-            if p.phys_state not in (None, "LinkUp"):
-                out.append(Finding(fid, "warn", f"{_pname(d, p)}: ACTIVE but physical state {p.phys_state}",
-                                   ev, "an active port should have its physical link up",
-                                   f"check the cable and the peer port; `ibstat {d.name} {p.num}`"))
-            else:
-                out.append(Finding(fid, "ok", f"{_pname(d, p)}: ACTIVE", ev))
-        elif p.state == "INIT" and p.is_infiniband:
-            # The subnet-manager check explains this one; do not report it twice.
-            continue
-        else:
-            phys = p.phys_state or "unknown"
-            if p.state == "DOWN" and phys in ("Polling", "Disabled", "unknown"):
-                hint = ("no link: the cable is unplugged or the peer is off (Polling), or the port "
-                        "was disabled (Disabled)")
-                fix = (f"connect the cable / power the peer; for Disabled: `ibportstate -C {d.name} "
-                       f"-P {p.num} -D 0 {p.num} enable` (IB) or `ip link set <netdev> up` (RoCE)")
-            else:
-                hint = "traffic cannot flow through a port that is not ACTIVE"
-                fix = f"inspect with `ibstat {d.name} {p.num}` and the switch port"
-            out.append(Finding(fid, "error", f"{_pname(d, p)}: port is {p.state} (physical {phys})",
-                               ev, hint, fix))
-    return out
+    ev = (f"{_port_file(ctx, d, p, 'state')} = {p.state or 'unreadable'}, "
+          f"{_port_file(ctx, d, p, 'phys_state')} = {p.phys_state or 'unreadable'}")
+    if p.state is None:
+        return Finding(fid, "info", f"{_pname(d, p)}: port state unknown", ev,
+                       "the state file could not be read", "read it with `ibv_devinfo -d "
+                       f"{d.name} -i {p.num}`")
+    if p.state == "ACTIVE":
+        if p.phys_state not in (None, "LinkUp"):
+            return Finding(fid, "warn", f"{_pname(d, p)}: ACTIVE but physical state {p.phys_state}",
+                           ev, "an active port should have its physical link up",
+                           f"check the cable and the peer port; `ibstat {d.name} {p.num}`")
+        return Finding(fid, "ok", f"{_pname(d, p)}: ACTIVE", ev)
+    if p.state == "INIT" and p.is_infiniband:
+        # The subnet-manager check explains this one; do not report it twice.
+        return None
+    phys = p.phys_state or "unknown"
+    if p.state == "DOWN" and phys in ("Polling", "Disabled", "unknown"):
+        hint = ("no link: the cable is unplugged or the peer is off (Polling), or the port "
+                "was disabled (Disabled)")
+        fix = (f"connect the cable / power the peer; for Disabled: `ibportstate -C {d.name} "
+               f"-P {p.num} -D 0 {p.num} enable` (IB) or `ip link set <netdev> up` (RoCE)")
+    else:
+        hint = "traffic cannot flow through a port that is not ACTIVE"
+        fix = f"inspect with `ibstat {d.name} {p.num}` and the switch port"
+    return Finding(fid, "error", f"{_pname(d, p)}: port is {p.state} (physical {phys})", ev, hint, fix)
 
 
-@check("ports.sm", "ports")
-def check_sm(ctx: Context) -> list[Finding]:
+@_port_check("ports.sm")
+def check_sm(ctx: Context, d: RdmaDevice, p: Port, fid: str) -> Finding | None:
     """InfiniBand ports need a subnet manager; RoCE ports need none."""
-    inv = ctx.inventory
-    if not inv.rdma_devices:
-        return _no_rdma("ports.sm")
-    out: list[Finding] = []
-    for d, p in inv.ports():
-        fid = f"ports.sm.{_pname(d, p)}"
-        ev = (f"link_layer = {p.link_layer or 'unreadable'}, state = {p.state or 'unreadable'}, "
-              f"sm_lid = {'unreadable' if p.sm_lid is None else hex(p.sm_lid)}, "
-              f"lid = {'unreadable' if p.lid is None else hex(p.lid)}")
-        if p.is_infiniband:
-            no_sm = p.state == "INIT" or (p.state == "ACTIVE" and p.sm_lid == 0)
-            if no_sm:
-                out.append(Finding(
-                    fid, "error", f"{_pname(d, p)}: InfiniBand link has no subnet manager",
-                    ev,
-                    "an IB port stays in INIT with no LID until a subnet manager configures it; "
-                    "nothing can be sent (ibnodes/ibping fail too)",
-                    "start one SM on the fabric: `systemctl enable --now opensm` on one host "
-                    "(or enable the switch's SM); the port turns ACTIVE within seconds"))
-            elif p.state == "ACTIVE" and p.sm_lid:
-                out.append(Finding(fid, "ok", f"{_pname(d, p)}: subnet manager at LID {p.sm_lid:#x}", ev))
-            elif p.state == "ACTIVE":
-                out.append(Finding(fid, "info", f"{_pname(d, p)}: ACTIVE; SM LID unreadable", ev))
-        elif p.is_ethernet:
-            out.append(Finding(fid, "ok", f"{_pname(d, p)}: RoCE/Ethernet port; no subnet manager needed",
-                               ev + " (RoCE has no SM: ibnodes and other SM queries fail there by design)"))
-    return out
+    ev = (f"link_layer = {p.link_layer or 'unreadable'}, state = {p.state or 'unreadable'}, "
+          f"sm_lid = {'unreadable' if p.sm_lid is None else hex(p.sm_lid)}, "
+          f"lid = {'unreadable' if p.lid is None else hex(p.lid)}")
+    if p.is_infiniband:
+        if p.state == "INIT" or (p.state == "ACTIVE" and p.sm_lid == 0):
+            return Finding(
+                fid, "error", f"{_pname(d, p)}: InfiniBand link has no subnet manager",
+                ev,
+                "an IB port stays in INIT with no LID until a subnet manager configures it; "
+                "nothing can be sent (ibnodes/ibping fail too)",
+                "start one SM on the fabric: `systemctl enable --now opensm` on one host "
+                "(or enable the switch's SM); the port turns ACTIVE within seconds")
+        if p.state == "ACTIVE" and p.sm_lid:
+            return Finding(fid, "ok", f"{_pname(d, p)}: subnet manager at LID {p.sm_lid:#x}", ev)
+        if p.state == "ACTIVE":
+            return Finding(fid, "info", f"{_pname(d, p)}: ACTIVE; SM LID unreadable", ev)
+        return None
+    if p.is_ethernet:
+        return Finding(fid, "ok", f"{_pname(d, p)}: RoCE/Ethernet port; no subnet manager needed",
+                       ev + " (RoCE has no SM: ibnodes and other SM queries fail there by design)")
+    return None
 
 
-@check("ports.link_layer", "ports")
-def check_link_layer(ctx: Context) -> list[Finding]:
+@_port_check("ports.link_layer")
+def check_link_layer(ctx: Context, d: RdmaDevice, p: Port, fid: str) -> Finding | None:
     """Link layer of every port, against the expected one when the user named it."""
-    inv = ctx.inventory
-    if not inv.rdma_devices:
-        return _no_rdma("ports.link_layer")
-    out: list[Finding] = []
     want = ctx.expected_link_layer
-    for d, p in inv.ports():
-        fid = f"ports.link_layer.{_pname(d, p)}"
-        ev = f"{_port_file(ctx, d, p, 'link_layer')} = {p.link_layer or 'unreadable'}"
-        if p.link_layer is None:
-            out.append(Finding(fid, "info", f"{_pname(d, p)}: link layer unknown", ev))
-        elif want and p.link_layer.lower() != want.lower():
-            other = "Ethernet" if want.lower() == "infiniband" else "InfiniBand"
-            out.append(Finding(
-                fid, "error", f"{_pname(d, p)}: link layer is {p.link_layer}, expected {want}", ev,
-                "a VPI adapter port set to the other protocol cannot talk to the fabric it is cabled to",
-                f"set the port type with `mlxconfig -d <pci> set LINK_TYPE_P{p.num}="
-                f"{1 if want.lower() == 'infiniband' else 2}` ({want}; currently {other}) and reboot "
-                "or reset the adapter"))
-        else:
-            out.append(Finding(fid, "ok", f"{_pname(d, p)}: link layer {p.link_layer}", ev))
-    return out
+    ev = f"{_port_file(ctx, d, p, 'link_layer')} = {p.link_layer or 'unreadable'}"
+    if p.link_layer is None:
+        return Finding(fid, "info", f"{_pname(d, p)}: link layer unknown", ev)
+    if want and p.link_layer.lower() != want.lower():
+        other = "Ethernet" if want.lower() == "infiniband" else "InfiniBand"
+        return Finding(
+            fid, "error", f"{_pname(d, p)}: link layer is {p.link_layer}, expected {want}", ev,
+            "a VPI adapter port set to the other protocol cannot talk to the fabric it is cabled to",
+            f"set the port type with `mlxconfig -d <pci> set LINK_TYPE_P{p.num}="
+            f"{1 if want.lower() == 'infiniband' else 2}` ({want}; currently {other}) and reboot "
+            "or reset the adapter")
+    return Finding(fid, "ok", f"{_pname(d, p)}: link layer {p.link_layer}", ev)
 
 
 def _roce_mtu_finding(fid: str, name: str, p: Port, nd: NetDev | None, ev: str) -> Finding:
@@ -183,80 +177,60 @@ def _roce_mtu_finding(fid: str, name: str, p: Port, nd: NetDev | None, ev: str) 
     return Finding(fid, "ok", f"{name}: active MTU {p.active_mtu}", ev)
 
 
-@check("ports.mtu", "ports")
-def check_mtu(ctx: Context) -> list[Finding]:
+@_port_check("ports.mtu")
+def check_mtu(ctx: Context, d: RdmaDevice, p: Port, fid: str) -> Finding | None:
     """Active vs max MTU; on RoCE which side (RDMA device or netdev) holds it back."""
-    inv = ctx.inventory
-    if not inv.rdma_devices:
-        return _no_rdma("ports.mtu")
-    out: list[Finding] = []
-    for d, p in inv.ports():
-        fid = f"ports.mtu.{_pname(d, p)}"
-        nd = inv.netdev(p.netdev)
-        ev = (f"active_mtu {p.active_mtu or 'unknown'}, max_mtu {p.max_mtu or 'unknown'} "
-              f"(source: {p.mtu_source})")
-        if nd is not None:
-            ev += f"; netdev {nd.name} mtu {nd.mtu if nd.mtu is not None else 'unknown'}"
-        if p.active_mtu is None:
-            out.append(Finding(fid, "info", f"{_pname(d, p)}: active MTU unknown", ev,
-                               "sysfs has no MTU file; it comes from ibv_query_port(), which the "
-                               "engine's inventory did not provide for this port",
-                               "`fabscope-engine --inventory-json` shows active_mtu and max_mtu "
-                               "(`make setup` builds it with libibverbs)"))
-        elif p.is_ethernet:
-            out.append(_roce_mtu_finding(fid, _pname(d, p), p, nd, ev))
-        elif p.max_mtu is not None and p.active_mtu < p.max_mtu:
-            out.append(Finding(
-                fid, "warn", f"{_pname(d, p)}: active MTU {p.active_mtu} below max {p.max_mtu}", ev,
-                f"the SM set a path MTU of {p.active_mtu} on a port that supports {p.max_mtu}",
-                "raise the partition MTU in the subnet manager (opensm partitions.conf: "
-                "`Default=0x7fff, ipoib, mtu=5 : ALL=full;` for 4096) and restart opensm"))
-        else:
-            out.append(Finding(fid, "ok", f"{_pname(d, p)}: active MTU {p.active_mtu}", ev))
-    return out
+    nd = ctx.inventory.netdev(p.netdev)
+    ev = (f"active_mtu {p.active_mtu or 'unknown'}, max_mtu {p.max_mtu or 'unknown'} "
+          f"(source: {p.mtu_source})")
+    if nd is not None:
+        ev += f"; netdev {nd.name} mtu {nd.mtu if nd.mtu is not None else 'unknown'}"
+    if p.active_mtu is None:
+        return Finding(fid, "info", f"{_pname(d, p)}: active MTU unknown", ev,
+                       "sysfs has no MTU file; it comes from ibv_query_port(), which the "
+                       "engine's inventory did not provide for this port",
+                       "`fabscope-engine --inventory-json` shows active_mtu and max_mtu "
+                       "(`make setup` builds it with libibverbs)")
+    if p.is_ethernet:
+        return _roce_mtu_finding(fid, _pname(d, p), p, nd, ev)
+    if p.max_mtu is not None and p.active_mtu < p.max_mtu:
+        return Finding(
+            fid, "warn", f"{_pname(d, p)}: active MTU {p.active_mtu} below max {p.max_mtu}", ev,
+            f"the SM set a path MTU of {p.active_mtu} on a port that supports {p.max_mtu}",
+            "raise the partition MTU in the subnet manager (opensm partitions.conf: "
+            "`Default=0x7fff, ipoib, mtu=5 : ALL=full;` for 4096) and restart opensm")
+    return Finding(fid, "ok", f"{_pname(d, p)}: active MTU {p.active_mtu}", ev)
 
 
-@check("ports.rate", "ports")
-def check_rate(ctx: Context) -> list[Finding]:
+@_port_check("ports.rate")
+def check_rate(ctx: Context, d: RdmaDevice, p: Port, fid: str) -> Finding | None:
     """RoCE port rate against the speed of the netdev behind it."""
-    inv = ctx.inventory
-    if not inv.rdma_devices:
-        return _no_rdma("ports.rate")
-    out: list[Finding] = []
-    for d, p in inv.ports():
-        if not p.is_ethernet:
-            continue
-        fid = f"ports.rate.{_pname(d, p)}"
-        nd = inv.netdev(p.netdev)
-        speed = nd.speed_mbps if nd else None
-        ev = (f"{_port_file(ctx, d, p, 'rate')} = {p.rate or 'unreadable'}; netdev "
-              f"{p.netdev or 'unknown'} speed = {f'{speed} Mb/s' if speed else 'unknown'}")
-        if p.rate_gbps is None or speed is None:
-            out.append(Finding(fid, "info", f"{_pname(d, p)}: cannot compare port rate and netdev speed", ev))
-            continue
-        nd_gbps = speed / 1000.0
-        if abs(p.rate_gbps - nd_gbps) > 0.1 * max(p.rate_gbps, nd_gbps):
-            out.append(Finding(
-                fid, "warn", f"{_pname(d, p)}: RDMA rate {p.rate_gbps:g} Gb/s but netdev speed {nd_gbps:g} Gb/s",
-                ev,
-                "bandwidth results are judged against the line rate; when the two disagree one of them "
-                "is wrong (a driver mapping Ethernet speeds onto IB width x speed), or the link "
-                "negotiated down",
-                f"check the real link with `ethtool {p.netdev}`; if ethtool is right, judge "
-                "results against it and report the rate mismatch to the driver"))
-        else:
-            out.append(Finding(fid, "ok", f"{_pname(d, p)}: rate {p.rate_gbps:g} Gb/s matches netdev", ev))
-    return out
+    if not p.is_ethernet:
+        return None
+    nd = ctx.inventory.netdev(p.netdev)
+    speed = nd.speed_mbps if nd else None
+    ev = (f"{_port_file(ctx, d, p, 'rate')} = {p.rate or 'unreadable'}; netdev "
+          f"{p.netdev or 'unknown'} speed = {f'{speed} Mb/s' if speed else 'unknown'}")
+    if p.rate_gbps is None or speed is None:
+        return Finding(fid, "info", f"{_pname(d, p)}: cannot compare port rate and netdev speed", ev)
+    nd_gbps = speed / 1000.0
+    if abs(p.rate_gbps - nd_gbps) > 0.1 * max(p.rate_gbps, nd_gbps):
+        return Finding(
+            fid, "warn", f"{_pname(d, p)}: RDMA rate {p.rate_gbps:g} Gb/s but netdev speed {nd_gbps:g} Gb/s",
+            ev,
+            "bandwidth results are judged against the line rate; when the two disagree one of them "
+            "is wrong (a driver mapping Ethernet speeds onto IB width x speed), or the link "
+            "negotiated down",
+            f"check the real link with `ethtool {p.netdev}`; if ethtool is right, judge "
+            "results against it and report the rate mismatch to the driver")
+    return Finding(fid, "ok", f"{_pname(d, p)}: rate {p.rate_gbps:g} Gb/s matches netdev", ev)
 
 
 @check("ports.pcie", "ports")
 def check_pcie(ctx: Context) -> list[Finding]:
     """PCIe link of each RDMA adapter against its capability (LnkSta vs LnkCap)."""
-    inv = ctx.inventory
-    if not inv.rdma_devices:
-        return _no_rdma("ports.pcie")
     out: list[Finding] = []
-    for d in inv.rdma_devices:
+    for d in ctx.inventory.rdma_devices:
         fid = f"ports.pcie.{d.name}"
         pci = d.pci
         if pci is None:

@@ -23,27 +23,23 @@ class Table:
     notes: list[str] = field(default_factory=list)
 
 
+# key -> title of the latency statistics, all in microseconds with three decimals.
+_LAT_STATS = {"min": "min", "p50": "p50", "mean": "mean", "stdev": "stdev", "p99": "p99", "p999": "p99.9",
+              "max": "max"}
+_SIZE_ITERATIONS = [Column("size", "#bytes"), Column("iterations", "#iters")]
 LAT_COLUMNS = [
-    Column("size", "#bytes"),
-    Column("iterations", "#iters"),
-    Column("min", "min[us]", "{:.3f}"),
-    Column("p50", "p50[us]", "{:.3f}"),
-    Column("mean", "mean[us]", "{:.3f}"),
-    Column("stdev", "stdev[us]", "{:.3f}"),
-    Column("p99", "p99[us]", "{:.3f}"),
-    Column("p999", "p99.9[us]", "{:.3f}"),
-    Column("max", "max[us]", "{:.3f}"),
+    *_SIZE_ITERATIONS,
+    *(Column(key, f"{title}[us]", "{:.3f}") for key, title in _LAT_STATS.items()),
     Column("outliers", "outliers"),
 ]
 BW_COLUMNS = [
-    Column("size", "#bytes"),
-    Column("iterations", "#iters"),
+    *_SIZE_ITERATIONS,
     Column("bandwidth_gbps", "BW[Gb/s]", "{:.3f}"),
     Column("bandwidth_MBps", "BW[MB/s]", "{:.2f}"),
     Column("msg_rate_mpps", "MsgRate[Mpps]", "{:.4f}"),
 ]
 PATH_COLUMN = Column("path", "path")
-LAT_KEYS = ("min", "p50", "mean", "stdev", "p99", "p999", "max", "outliers")
+LAT_KEYS = (*_LAT_STATS, "outliers")
 
 
 def group_key(res: Result) -> tuple[str, str, str]:

@@ -26,23 +26,6 @@ from .explain import Explanation, explain
 from .histogram import Histogram
 from .verdict import settings_without_effect, verdict
 
-__all__ = [
-    "RESULT_SCHEMA",
-    "RESULT_VERSION",
-    "Bandwidth",
-    "Explanation",
-    "Flow",
-    "HostInfo",
-    "Latency",
-    "PathVerdict",
-    "RecordError",
-    "Result",
-    "TransportSummary",
-    "load_file",
-    "load_results",
-    "parse_record",
-]
-
 RESULT_VERSION = 1
 RESULT_SCHEMA = f"fabscope.result/{RESULT_VERSION}"
 PATTERNS = ("lat", "bw", "bibw")

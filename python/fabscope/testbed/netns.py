@@ -50,7 +50,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -614,24 +614,23 @@ def _host_arg(value: str) -> str:
     return value
 
 
-def _host_rate_arg(value: str) -> str:
-    """argparse type for --shape-host HOST=RATE (kept as text: _host_value_pairs splits it)."""
-    host, sep, rate = value.partition("=")
-    if not sep:
-        raise argparse.ArgumentTypeError(f"{argtypes.shown(value)} is not HOST=RATE, e.g. fs-c=250mbit")
-    _host_arg(host)
-    _rate_arg(rate)
-    return value
+def _host_value_arg(value_name: str, example: str, check_value: Callable[[str], object]) -> Callable[[str], str]:
+    """argparse type for HOST=<value_name> (kept as text: _host_value_pairs splits it); check_value
+    rejects a bad value the way argparse expects (ArgumentTypeError)."""
+
+    def parse(value: str) -> str:
+        host, sep, rest = value.partition("=")
+        if not sep:
+            raise argparse.ArgumentTypeError(f"{argtypes.shown(value)} is not HOST={value_name}, e.g. {example}")
+        _host_arg(host)
+        check_value(rest)
+        return value
+
+    return parse
 
 
-def _host_mtu_arg(value: str) -> str:
-    """argparse type for --mtu-host HOST=BYTES (kept as text: _host_value_pairs splits it)."""
-    host, sep, mtu = value.partition("=")
-    if not sep:
-        raise argparse.ArgumentTypeError(f"{argtypes.shown(value)} is not HOST=BYTES, e.g. fs-c=9000")
-    _host_arg(host)
-    argtypes.int_range(68, 65535)(mtu)
-    return value
+_host_rate_arg = _host_value_arg("RATE", "fs-c=250mbit", _rate_arg)  # --shape-host
+_host_mtu_arg = _host_value_arg("BYTES", "fs-c=9000", argtypes.int_range(68, 65535))  # --mtu-host
 
 
 def _pair_rate_arg(value: str) -> str:

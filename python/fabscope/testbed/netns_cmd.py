@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Sequence
 from typing import Any
+
+from . import preflight
 
 # Testbed hosts are named fs-a ... fs-p: at most 16, in this order.
 HOST_LETTERS = "abcdefghijklmnop"
@@ -35,7 +36,7 @@ def host_index(host: str) -> int:
 
 
 def require_tools(*tools: str) -> None:
-    missing = [t for t in tools if shutil.which(t) is None]
+    missing = preflight.not_on_path(tools)
     if missing:
         raise TestbedError(
             f"the netns testbed needs {', '.join(missing)} (iproute2) but it is not on PATH; "
@@ -44,12 +45,9 @@ def require_tools(*tools: str) -> None:
 
 
 def require_root() -> None:
-    if os.geteuid() != 0:
-        raise TestbedError(
-            "creating network namespaces, veth links, bridges and qdiscs needs root "
-            f"(CAP_NET_ADMIN); this process runs as uid {os.geteuid()}. "
-            "Run it as root, e.g. `sudo fabscope testbed netns up`"
-        )
+    preflight.require_root(
+        TestbedError, "creating network namespaces, veth links, bridges and qdiscs needs root (CAP_NET_ADMIN)",
+        "sudo fabscope testbed netns up")
 
 
 def run(args: Sequence[str], *, what: str, check: bool = True) -> subprocess.CompletedProcess[str]:

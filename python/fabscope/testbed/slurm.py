@@ -41,7 +41,6 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -53,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import argtypes
+from . import preflight
 from .lock import exclusive
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -116,7 +116,7 @@ def _node_of(daemon: str) -> str | None:
 
 def missing_tools() -> list[str]:
     """The Slurm and munge programs this testbed needs that are not on PATH."""
-    return [t for t in (*DAEMONS, *CLIENTS) if shutil.which(t) is None]
+    return preflight.not_on_path((*DAEMONS, *CLIENTS))
 
 
 def _require_tools() -> None:
@@ -129,11 +129,8 @@ def _require_tools() -> None:
 
 
 def _require_root() -> None:
-    if os.geteuid() != 0:
-        raise TestbedError(
-            f"slurmd starts job steps as their owner and must run as root; this process runs as uid "
-            f"{os.geteuid()}. Run it as root, e.g. `sudo python -m fabscope.testbed.slurm up --dir DIR`"
-        )
+    preflight.require_root(TestbedError, "slurmd starts job steps as their owner and must run as root",
+                           "sudo python -m fabscope.testbed.slurm up --dir DIR")
 
 
 def _pid_file(state_dir: Path, daemon: str) -> Path:
