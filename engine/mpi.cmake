@@ -47,20 +47,28 @@ if(FS_MPICC_OPENMPI)
   fs_mpi_flags(${FS_MPICC_OPENMPI} "-showme:compile" "-showme:link" OMPI)
   if(OMPI_OK)
     # The mpi backend reads Open MPI's MCA globals (selected pml/mtl, the peer's btls) from its
-    # installed internal headers, which live in include/openmpi and need libopen-pal.
+    # installed internal headers, which live in include/openmpi and need libopen-pal: only
+    # src/backends/mpi_ompi_private.c includes them, and it says which Open MPI versions it knows.
     set(extra "")
     foreach(d IN LISTS OMPI_INCS)
       if(EXISTS "${d}/openmpi/ompi/mca/pml/base/base.h")
         list(APPEND extra "${d}/openmpi")
       endif()
     endforeach()
-    list(APPEND OMPI_INCS ${extra})
     list(APPEND OMPI_LIBS open-pal)
     list(APPEND FS_MPI_FLAVOURS openmpi)
     set(FS_MPI_openmpi_INCS "${OMPI_INCS}")
     set(FS_MPI_openmpi_LDIRS "${OMPI_LDIRS}")
     set(FS_MPI_openmpi_LIBS "${OMPI_LIBS}")
     set(FS_MPI_openmpi_LOPTS "${OMPI_LOPTS}")
+    set(FS_MPI_openmpi_SRCS src/backends/mpi_ompi_private.c)
+    # Only that file sees the internal headers (as system headers: not ours to keep -Wextra clean).
+    set(private_opts "")
+    foreach(d IN LISTS extra)
+      list(APPEND private_opts "-isystem" "${d}")
+    endforeach()
+    set_source_files_properties(src/backends/mpi_ompi_private.c PROPERTIES
+                                COMPILE_OPTIONS "${private_opts}")
   endif()
 endif()
 if(FS_MPICC_MPICH)
@@ -81,7 +89,7 @@ get_target_property(FS_MPI_CORE_SOURCES fscore SOURCES)
 foreach(flavour IN LISTS FS_MPI_FLAVOURS)
   set(t fabscope-engine-mpi-${flavour})
   add_executable(${t} ${FS_MPI_CORE_SOURCES} src/backends/mpi.c
-                 src/mpi/engine_main.c src/mpi/main_mpi.c)
+                 ${FS_MPI_${flavour}_SRCS} src/mpi/main_mpi.c)
   target_include_directories(${t} PRIVATE src/core ${BACKEND_INCLUDES})
   # MPI's headers are not ours to keep -Wextra clean.
   target_include_directories(${t} SYSTEM PRIVATE ${FS_MPI_${flavour}_INCS})

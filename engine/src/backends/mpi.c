@@ -7,25 +7,20 @@
  * MPICH: the device), and when a user setting had no effect (UCX_NET_DEVICES with ob1...). */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <mpi.h>
+#include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../core/backend.h"
+#include "../core/rx_slots.h"
 
 #ifdef OPEN_MPI
-/* Open MPI's own headers (installed by libopenmpi-dev): the selected components are globals of
- * the MCA framework, and the peer's endpoint lists the btls ob1 will use for it. */
-#include "ompi/communicator/communicator.h"
-#include "ompi/mca/bml/bml.h"
-#include "ompi/mca/mtl/base/base.h"
-#include "ompi/mca/pml/base/base.h"
-#include "ompi/proc/proc.h"
-#include "ompi/request/request.h"
-#include "opal/runtime/opal_progress.h"
+#include "mpi_ompi.h"
 #endif
-
 #ifdef FS_HAVE_UCX
 #include "ucx_lanes.h"
 #endif
@@ -37,7 +32,6 @@
 
 struct mpib {
     int rank, peer;
-    enum fs_op op;
     uint64_t bufsize, size;
     long tx_depth;
     uint8_t *sbuf, *rbuf;
@@ -47,10 +41,9 @@ struct mpib {
     MPI_Request *req;
     int ntx, nrx;
     int pingpong; /* lat: one receive, tested with MPI_Test */
+    int ompi_spin; /* Open MPI whose progress engine this build can spin (mpi_ompi_private.c) */
     int tx_used; /* active send requests */
-    int rx_posted;
-    int *rx_free; /* receive slots waiting to be posted again */
-    int rx_nfree;
+    struct fs_rx_slots rx; /* the receives, m->req[0, nrx) */
     int *idx;
     /* Real status arrays rather than MPI_STATUSES_IGNORE: MPICH's header marks that argument
      * with an access size that GCC then flags (-Wstringop-overflow) for the (MPI_Status *)1
@@ -64,6 +57,54 @@ static int mpi_failc(struct fs_err *err, int code, const char *what, int rc)
     int len = 0;
     MPI_Error_string(rc, s, &len);
     return fs_fail(err, code, "mpi: %s: %s", what, s);
+}
+
+/* This host's names, checked by each rank on its own host before MPI_Init (main_mpi.c) and again by
+ * rank 0's engine: MPI itself would either ignore a device that is not there (no silent fallback,
+ * ever) or fail MPI_Init with a message about unreachable processes. --device is a netdev (what
+ * btl_tcp_if_include and UCX's tcp transport name) or an RDMA device, optionally with ":PORT" as
+ * UCX_NET_DEVICES writes it; the front end maps it onto MPI's settings. --bind has no MPI meaning:
+ * each rank's library picks its own source addresses. */
+static int mpi_check(const struct fs_spec *spec, const void *opts, struct fs_err *err)
+{
+    (void)opts;
+    /* The front end asks (--validate-only) on its own host, which need not be a rank's host; it
+     * refuses --bind itself (mpirun.device_mapping). */
+    if (spec->validate_only)
+        return 0;
+    if (spec->bind[0])
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "--bind %s: the mpi backend cannot bind: MPI picks the source addresses of "
+                       "each rank itself. Name the device instead (--device NETDEV, mapped to Open "
+                       "MPI's btl_tcp_if_include and UCX_NET_DEVICES)",
+                       spec->bind);
+    if (!spec->device[0])
+        return 0;
+    char name[128], path[300];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(spec->device, ":"), spec->device);
+    snprintf(path, sizeof path, "/sys/class/infiniband/%s", name);
+    if (if_nametoindex(name) != 0 || access(path, F_OK) == 0)
+        return 0;
+    char have[600] = "", host[256] = "";
+    gethostname(host, sizeof host - 1);
+    size_t used = 0;
+    struct if_nameindex *ifs = if_nameindex();
+    for (struct if_nameindex *i = ifs; i && i->if_index && used < sizeof have; i++)
+        used += (size_t)snprintf(have + used, sizeof have - used, "%s%s", used ? ", " : "",
+                                 i->if_name);
+    if (ifs)
+        if_freenameindex(ifs);
+    DIR *d = opendir("/sys/class/infiniband");
+    for (struct dirent *e; d && (e = readdir(d)) != NULL && used < sizeof have;)
+        if (e->d_name[0] != '.')
+            used += (size_t)snprintf(have + used, sizeof have - used, "%s%s (RDMA)",
+                                     used ? ", " : "", e->d_name);
+    if (d)
+        closedir(d);
+    return fs_fail(err, FS_EXIT_USAGE,
+                   "--device %s: no such network or RDMA device on host %s; it has: %s. Name one "
+                   "of those (the same name must exist on both ranks' hosts)",
+                   spec->device, host, have);
 }
 
 static int mpi_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
@@ -85,8 +126,6 @@ static int mpi_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
         return fs_fail(err, FS_EXIT_USAGE, "mpi: run with exactly 2 ranks (mpirun -np 2), not %d",
                        size);
     m->peer = 1 - m->rank;
-    int op = fs_op_by_name(ctx->spec->op);
-    m->op = op < 0 ? FS_OP_SEND : (enum fs_op)op;
     m->tx_depth = ctx->spec->tx_depth;
     m->bufsize = ctx->max_size > 64 ? ctx->max_size : 64;
     m->ntx = (int)m->tx_depth + 16;
@@ -110,19 +149,19 @@ static int mpi_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     }
     const int nreq = m->nrx + m->ntx;
     m->req = malloc((size_t)nreq * sizeof *m->req);
-    m->rx_free = malloc((size_t)m->nrx * sizeof *m->rx_free);
     m->idx = malloc((size_t)nreq * sizeof *m->idx);
     m->st = malloc((size_t)nreq * sizeof *m->st);
     m->sbuf = malloc(m->bufsize);
     m->rbuf = malloc(m->bufsize);
-    if (!m->req || !m->rx_free || !m->idx || !m->st || !m->sbuf || !m->rbuf)
+    if (!m->req || fs_rx_slots_init(&m->rx, m->nrx) || !m->idx || !m->st || !m->sbuf || !m->rbuf)
         return fs_fail(err, FS_EXIT_MEASURE, "mpi: cannot allocate %llu-byte buffers",
                        (unsigned long long)m->bufsize);
     for (int i = 0; i < nreq; i++)
         m->req[i] = MPI_REQUEST_NULL;
-    for (int i = 0; i < m->nrx; i++)
-        m->rx_free[m->rx_nfree++] = m->nrx - 1 - i;
     memset(m->sbuf, 0xa5, m->bufsize);
+#ifdef OPEN_MPI
+    m->ompi_spin = fs_ompi_internals_unknown() == NULL;
+#endif
     return 0;
 }
 
@@ -152,14 +191,12 @@ static int mpi_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
  * from size to size. */
 static int post_receives(struct mpib *m, struct fs_err *err)
 {
-    while (m->rx_nfree) {
-        int slot = m->rx_free[m->rx_nfree - 1];
+    while (m->rx.nfree) {
         int rc = MPI_Irecv(m->rbuf, (int)m->bufsize, MPI_BYTE, m->peer, MPI_TAG_DATA,
-                           MPI_COMM_WORLD, &m->req[slot]);
+                           MPI_COMM_WORLD, &m->req[fs_rx_slots_next(&m->rx)]);
         if (rc != MPI_SUCCESS)
             return mpi_failc(err, FS_EXIT_MEASURE, "MPI_Irecv", rc);
-        m->rx_nfree--;
-        m->rx_posted++;
+        fs_rx_slots_posted(&m->rx);
     }
     return 0;
 }
@@ -167,7 +204,7 @@ static int post_receives(struct mpib *m, struct fs_err *err)
 static int mpi_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
 {
     struct mpib *m = be;
-    m->op = op;
+    (void)op; /* the one op, send */
     m->size = size;
     if (size > m->bufsize || size > (uint64_t)INT32_MAX)
         return fs_fail(err, FS_EXIT_USAGE, "mpi: size %llu beyond the buffer or MPI's int count",
@@ -198,13 +235,6 @@ static int mpi_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
     return post_receives(m, err) ? -1 : 1;
 }
 
-/* A completed receive slot goes back to the free list. */
-static void rx_done(struct mpib *m, int slot)
-{
-    m->rx_free[m->rx_nfree++] = slot;
-    m->rx_posted--;
-}
-
 /* MPI has no wait with a deadline and no event fd, so this polls in every poll mode; the result
  * says so. A ping-pong (one receive) tests it with MPI_Test, which looks again right after its
  * progress pass, so an arrival counts in the call that received it (MPI_Testsome reports it one
@@ -231,16 +261,14 @@ static int mpi_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_e
          * MPI_Wait do inside: MPI_Test adds its argument checks and a second look to every
          * pass (an OSU ping-pong saw arrivals ~20 ns sooner than an MPI_Test loop over vader,
          * measured here). Bounded, so the core keeps its deadline; MPI_Test then reaps it. */
-        for (int pass = 0; pass < MPI_WAIT_PASSES && !n && m->req[0] != MPI_REQUEST_NULL &&
-                           !REQUEST_COMPLETE(m->req[0]);
-             pass++)
-            opal_progress();
+        if (!n && m->ompi_spin)
+            fs_ompi_progress(m->req[0], MPI_WAIT_PASSES);
 #endif
         if (m->req[0] != MPI_REQUEST_NULL) {
             if ((rc = MPI_Test(&m->req[0], &flag, m->st)) != MPI_SUCCESS)
                 return mpi_failc(err, FS_EXIT_MEASURE, "MPI_Test", rc);
             if (flag) {
-                rx_done(m, 0);
+                fs_rx_slots_done(&m->rx, 0);
                 rx = 1;
             }
         }
@@ -252,7 +280,7 @@ static int mpi_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_e
         n = n == MPI_UNDEFINED ? 0 : n;
         for (int i = 0; i < n; i++)
             if (m->idx[i] < m->nrx) {
-                rx_done(m, m->idx[i]);
+                fs_rx_slots_done(&m->rx, m->idx[i]);
                 rx++;
             }
     }
@@ -261,7 +289,7 @@ static int mpi_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_e
     ev->tx_done += (uint64_t)(n - rx);
     /* After an arrival the core is about to time it or answer it: receives are posted again
      * on a turn that completed nothing, or when half of them are used. */
-    if (m->rx_nfree && (n == 0 || m->rx_posted < m->nrx / 2))
+    if (m->rx.nfree && (n == 0 || m->rx.posted < m->nrx / 2))
         return post_receives(m, err);
     return 0;
 }
@@ -327,55 +355,55 @@ static void no_effect(cJSON *arr, const char *fmt, const char *a, const char *b)
 }
 
 #ifdef OPEN_MPI
-static void btl_names(mca_bml_base_btl_array_t *a, cJSON *arr)
+/* The components Open MPI selected, read from its internals (mpi_ompi_private.c): 1 when they use
+ * UCX, 0 when not, -1 when this build cannot read them (the record says why). */
+static int describe_ompi_selection(struct mpib *m, cJSON *o, cJSON **ucx)
 {
-    size_t n = mca_bml_base_btl_array_get_size(a);
-    for (size_t i = 0; i < n; i++) {
-        mca_bml_base_btl_t *b = mca_bml_base_btl_array_get_index(a, i);
-        if (b && b->btl && b->btl->btl_component)
-            cJSON_AddItemToArray(
-                arr, cJSON_CreateString(b->btl->btl_component->btl_version.mca_component_name));
+    const char *unknown = fs_ompi_internals_unknown();
+    if (unknown) {
+        cJSON_AddNullToObject(o, "selected");
+        cJSON_AddStringToObject(o, "selection_source", unknown);
+        return -1;
     }
-}
-
-static void describe_ompi(struct mpib *m, cJSON *o, cJSON *noeff)
-{
-    const char *pml = mca_pml_base_selected_component.pmlm_version.mca_component_name;
+    const char *pml = fs_ompi_pml(), *mtl = fs_ompi_mtl();
     cJSON *sel = cJSON_AddObjectToObject(o, "selected");
     cJSON_AddStringToObject(sel, "pml", pml);
-    if (ompi_mtl_base_selected_component)
-        cJSON_AddStringToObject(sel, "mtl",
-                                ompi_mtl_base_selected_component->mtl_version.mca_component_name);
+    if (mtl)
+        cJSON_AddStringToObject(sel, "mtl", mtl);
     else
         cJSON_AddNullToObject(sel, "mtl");
     cJSON_AddStringToObject(o, "selection_source",
                             "Open MPI MCA framework at run time (selected pml/mtl components and "
                             "the btls of the peer's endpoint)");
-    ompi_proc_t *p = ompi_comm_peer_lookup(MPI_COMM_WORLD, m->peer);
-    mca_bml_base_endpoint_t *bep =
-        p ? (mca_bml_base_endpoint_t *)p->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_BML] : NULL;
     int uses_ucx = strcmp(pml, "ucx") == 0;
-    if (bep) {
-        cJSON *btl = cJSON_AddObjectToObject(sel, "btl");
-        btl_names(&bep->btl_eager, cJSON_AddArrayToObject(btl, "eager"));
-        btl_names(&bep->btl_send, cJSON_AddArrayToObject(btl, "send"));
-        btl_names(&bep->btl_rdma, cJSON_AddArrayToObject(btl, "rdma"));
+    cJSON *btl = fs_ompi_peer_btls(m->peer);
+    if (btl) {
+        cJSON_AddItemToObject(sel, "btl", btl);
         const cJSON *x;
         cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(btl, "send")) uses_ucx |=
             strcmp(x->valuestring, "uct") == 0;
     } else {
         cJSON_AddNullToObject(sel, "btl");
     }
-    if (ompi_mtl_base_selected_component &&
-        strcmp(ompi_mtl_base_selected_component->mtl_version.mca_component_name, "ucx") == 0)
+    if (mtl && strcmp(mtl, "ucx") == 0)
         uses_ucx = 1;
-    cJSON *ucx = NULL;
 #ifdef FS_HAVE_UCX
-    if (strcmp(pml, "ucx") == 0 && p && p->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_PML]) {
-        ucx = cJSON_AddObjectToObject(o, "ucx");
-        fs_ucx_describe_ep(p->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_PML], m->size, ucx);
+    void *ep = strcmp(pml, "ucx") == 0 ? fs_ompi_peer_pml_endpoint(m->peer) : NULL;
+    if (ep) {
+        *ucx = cJSON_AddObjectToObject(o, "ucx");
+        fs_ucx_describe_ep(ep, m->size, *ucx);
     }
 #endif
+    return uses_ucx;
+}
+
+static void describe_ompi(struct mpib *m, cJSON *o, cJSON *noeff)
+{
+    cJSON *ucx = NULL;
+    int uses_ucx = describe_ompi_selection(m, o, &ucx);
+    const cJSON *sel = cJSON_GetObjectItemCaseSensitive(o, "selected");
+    const cJSON *pml_item = cJSON_GetObjectItemCaseSensitive(sel, "pml");
+    const char *pml = cJSON_IsString(pml_item) ? pml_item->valuestring : "";
     cJSON *mca = cJSON_AddObjectToObject(o, "mca");
     add_cvar(mca, "pml");
     add_cvar(mca, "btl");
@@ -386,7 +414,7 @@ static void describe_ompi(struct mpib *m, cJSON *o, cJSON *noeff)
     const char *ucx_vars[] = {"UCX_NET_DEVICES", "UCX_TLS", NULL};
     for (int i = 0; ucx_vars[i]; i++) {
         const char *v = getenv(ucx_vars[i]);
-        if (!v || !*v)
+        if (!v || !*v || uses_ucx < 0) /* what was selected is unknown: no verdict */
             continue;
         if (!uses_ucx) {
             char what[320];
@@ -509,7 +537,7 @@ static void mpi_teardown(void *be)
             MPI_Wait(&m->req[i], m->st);
         }
     free(m->req);
-    free(m->rx_free);
+    fs_rx_slots_release(&m->rx);
     free(m->idx);
     free(m->st);
     free(m->sbuf);
@@ -523,6 +551,7 @@ const struct fs_backend_ops fs_backend_mpi = {
     .summary = "MPI point-to-point (Isend/Irecv) under mpirun/srun; reports pml/btl/mtl or device",
     .ops = FS_BIT(FS_OP_SEND),
     .patterns = FS_BIT(FS_PAT_LAT) | FS_BIT(FS_PAT_BW) | FS_BIT(FS_PAT_BIBW),
+    .check = mpi_check,
     .setup = mpi_setup,
     .local_address = mpi_local_address,
     .connect = mpi_connect,

@@ -158,31 +158,50 @@ static const struct fs_stream_calls rs_calls = {
     .no_client_hint = "is its RDMA device on the same network?",
 };
 
-/* SOL_RDMA and buffer settings: rsocket takes them only before rconnect/rlisten. */
+/* The SOL_RDMA and buffer settings of the options: rsocket takes them only before
+ * rconnect/rlisten, and describe reports what the connection got under `key`. */
+static const struct rs_setting {
+    const char *key, *opt;
+    int level, name;
+    size_t off; /* of the uint64_t in struct rs_opts; 0 there = librdmacm's default */
+} rs_settings[] = {
+    {"sqsize", "--rsocket-sqsize", SOL_RDMA, RDMA_SQSIZE, offsetof(struct rs_opts, sqsize)},
+    {"rqsize", "--rsocket-rqsize", SOL_RDMA, RDMA_RQSIZE, offsetof(struct rs_opts, rqsize)},
+    {"inline", "--rsocket-inline", SOL_RDMA, RDMA_INLINE, offsetof(struct rs_opts, inline_size)},
+    {"iomap", "--rsocket-iomap", SOL_RDMA, RDMA_IOMAPSIZE, offsetof(struct rs_opts, iomap_size)},
+    {"sndbuf", "--rsocket-sndbuf", SOL_SOCKET, SO_SNDBUF, offsetof(struct rs_opts, sndbuf)},
+    {"rcvbuf", "--rsocket-rcvbuf", SOL_SOCKET, SO_RCVBUF, offsetof(struct rs_opts, rcvbuf)},
+};
+#define RS_N_SETTINGS (sizeof rs_settings / sizeof rs_settings[0])
+
+static uint64_t setting_asked(const struct rs *r, const struct rs_setting *set)
+{
+    return *(const uint64_t *)((const char *)&r->o + set->off);
+}
+
 static int presocket(struct rs *r, int fd, struct fs_err *err)
 {
-    static const struct {
-        int level, name;
-        size_t off;
-        const char *opt;
-    } set[] = {
-        {SOL_RDMA, RDMA_SQSIZE, offsetof(struct rs_opts, sqsize), "--rsocket-sqsize"},
-        {SOL_RDMA, RDMA_RQSIZE, offsetof(struct rs_opts, rqsize), "--rsocket-rqsize"},
-        {SOL_RDMA, RDMA_INLINE, offsetof(struct rs_opts, inline_size), "--rsocket-inline"},
-        {SOL_RDMA, RDMA_IOMAPSIZE, offsetof(struct rs_opts, iomap_size), "--rsocket-iomap"},
-        {SOL_SOCKET, SO_SNDBUF, offsetof(struct rs_opts, sndbuf), "--rsocket-sndbuf"},
-        {SOL_SOCKET, SO_RCVBUF, offsetof(struct rs_opts, rcvbuf), "--rsocket-rcvbuf"},
-    };
-    for (size_t i = 0; i < sizeof set / sizeof set[0]; i++) {
-        uint64_t v = *(const uint64_t *)((const char *)&r->o + set[i].off);
+    for (const struct rs_setting *set = rs_settings; set < rs_settings + RS_N_SETTINGS; set++) {
+        uint64_t v = setting_asked(r, set);
         if (!v)
             continue;
         int iv = (int)v;
-        if (rsetsockopt(fd, set[i].level, set[i].name, &iv, sizeof iv))
-            return fs_fail(err, FS_EXIT_USAGE, "%s %d: rsetsockopt refused it: %s", set[i].opt,
-                           iv, strerror(errno));
+        if (rsetsockopt(fd, set->level, set->name, &iv, sizeof iv))
+            return fs_fail(err, FS_EXIT_USAGE, "%s %d: rsetsockopt refused it: %s", set->opt, iv,
+                           strerror(errno));
     }
     return 0;
+}
+
+/* A new rsocket of `family` in *fd (teardown closes it) with the settings it takes only now. */
+static int open_rsocket(struct rs *r, int family, int *fd, struct fs_err *err)
+{
+    *fd = rsocket(family, SOCK_STREAM, 0);
+    if (*fd < 0)
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "rsocket() failed: %s (librdmacm found no usable RDMA device)",
+                       strerror(errno));
+    return presocket(r, *fd, err);
 }
 
 static int nonblock(struct rs *r, int fd, struct fs_err *err)
@@ -239,13 +258,7 @@ static int rs_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
     if (fs_stream_listen_info(&r->s, ctx, r->bind_addr, r->listen_addr, sizeof r->listen_addr,
                               &res, err))
         return -1;
-    r->s.listen_fd = rsocket(res->ai_family, SOCK_STREAM, 0);
-    int rc = 0;
-    if (r->s.listen_fd < 0)
-        rc = fs_fail(err, FS_EXIT_USAGE, "rsocket() failed: %s (librdmacm found no usable RDMA device)",
-                     strerror(errno));
-    if (rc == 0)
-        rc = presocket(r, r->s.listen_fd, err);
+    int rc = open_rsocket(r, res->ai_family, &r->s.listen_fd, err);
     if (rc == 0 && rbind(r->s.listen_fd, res->ai_addr, res->ai_addrlen))
         rc = fs_fail(err, FS_EXIT_USAGE,
                      "rsocket: cannot listen on %s: %s (rsocket binds through rdma_cm: the address "
@@ -270,13 +283,7 @@ static int rs_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_er
     if (fs_stream_peer_info(&r->s, peer, &res, &addr, &port, err))
         return -1;
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST};
-    r->s.fd = rsocket(res->ai_family, SOCK_STREAM, 0);
-    int rc = 0;
-    if (r->s.fd < 0)
-        rc = fs_fail(err, FS_EXIT_USAGE, "rsocket() failed: %s (librdmacm found no usable RDMA device)",
-                     strerror(errno));
-    if (rc == 0)
-        rc = presocket(r, r->s.fd, err);
+    int rc = open_rsocket(r, res->ai_family, &r->s.fd, err);
     if (rc == 0 && r->bind_addr[0]) {
         struct addrinfo *la = NULL;
         if (getaddrinfo(r->bind_addr, "0", &hints, &la) ||
@@ -329,11 +336,7 @@ static void rdma_of_netdev(const char *netdev, char *out, size_t len)
 static void rs_describe(void *be, cJSON *o)
 {
     struct rs *r = be;
-    cJSON_AddStringToObject(o, "kind", "rsocket");
-    cJSON_AddBoolToObject(o, "session_bound", r->s.bound); /* its token checked (serve's runs) */
-    if (r->s.is_server)
-        cJSON_AddNumberToObject(o, "strangers_rejected", r->s.strangers);
-    if (r->s.fd < 0)
+    if (!fs_stream_describe_start(&r->s, o))
         return;
     char buf[128], ip[INET6_ADDRSTRLEN], dev[64] = "";
     fs_stream_name(&r->s, 1, buf, sizeof buf, ip, sizeof ip);
@@ -353,28 +356,16 @@ static void rs_describe(void *be, cJSON *o)
     fs_stream_name(&r->s, 0, buf, sizeof buf, NULL, 0);
     cJSON_AddStringToObject(o, "peer_address", buf);
     cJSON *rd = cJSON_AddObjectToObject(o, "rsocket");
-    static const struct {
-        const char *key;
-        int level, name;
-        size_t off;
-    } get[] = {
-        {"sqsize", SOL_RDMA, RDMA_SQSIZE, offsetof(struct rs_opts, sqsize)},
-        {"rqsize", SOL_RDMA, RDMA_RQSIZE, offsetof(struct rs_opts, rqsize)},
-        {"inline", SOL_RDMA, RDMA_INLINE, offsetof(struct rs_opts, inline_size)},
-        {"iomap", SOL_RDMA, RDMA_IOMAPSIZE, offsetof(struct rs_opts, iomap_size)},
-        {"sndbuf", SOL_SOCKET, SO_SNDBUF, offsetof(struct rs_opts, sndbuf)},
-        {"rcvbuf", SOL_SOCKET, SO_RCVBUF, offsetof(struct rs_opts, rcvbuf)},
-    };
-    for (size_t i = 0; i < sizeof get / sizeof get[0]; i++) {
-        cJSON *e = cJSON_AddObjectToObject(rd, get[i].key);
-        uint64_t asked = *(const uint64_t *)((const char *)&r->o + get[i].off);
+    for (const struct rs_setting *set = rs_settings; set < rs_settings + RS_N_SETTINGS; set++) {
+        cJSON *e = cJSON_AddObjectToObject(rd, set->key);
+        uint64_t asked = setting_asked(r, set);
         if (asked)
             cJSON_AddNumberToObject(e, "requested", (double)asked);
         else
             cJSON_AddStringToObject(e, "requested", "default");
         uint32_t v = 0;
         socklen_t sl = sizeof v;
-        if (rgetsockopt(r->s.fd, get[i].level, get[i].name, &v, &sl) == 0)
+        if (rgetsockopt(r->s.fd, set->level, set->name, &v, &sl) == 0)
             cJSON_AddNumberToObject(e, "effective", v);
         else
             cJSON_AddNullToObject(e, "effective");

@@ -204,6 +204,15 @@ int fs_stream_local_address(void *be, cJSON *obj, struct fs_err *err)
     return 0;
 }
 
+int fs_stream_describe_start(const struct fs_stream *s, cJSON *o)
+{
+    cJSON_AddStringToObject(o, "kind", s->c->backend);
+    cJSON_AddBoolToObject(o, "session_bound", s->bound); /* its token checked (serve's runs) */
+    if (s->is_server)
+        cJSON_AddNumberToObject(o, "strangers_rejected", s->strangers);
+    return s->fd >= 0;
+}
+
 void fs_stream_name(const struct fs_stream *s, int local, char *out, size_t len, char *ip,
                     size_t ip_len)
 {

@@ -83,6 +83,9 @@ int fs_stream_peer_info(const struct fs_stream *s, const struct cJSON *peer, str
 /* "addr:port" ("[v6]:port") of the connection's local or peer end; the bare address into ip. */
 void fs_stream_name(const struct fs_stream *s, int local, char *out, size_t len, char *ip,
                     size_t ip_len);
+/* The description's first fields: kind (c->backend), whether the data connection is bound to the
+ * session, the strangers the server rejected. Returns whether there is a connection to describe. */
+int fs_stream_describe_start(const struct fs_stream *s, struct cJSON *o);
 /* fs_pollwait on fd through c->poll: revents, 0 at the deadline, -1 on an error. */
 int fs_stream_wait(struct fs_stream *s, int fd, short events, int ms);
 

@@ -282,11 +282,7 @@ static void tcp_describe(void *be, cJSON *o)
 {
     struct tcp *t = be;
     char buf[128], ip[INET6_ADDRSTRLEN], dev[IF_NAMESIZE + 1];
-    cJSON_AddStringToObject(o, "kind", "tcp");
-    cJSON_AddBoolToObject(o, "session_bound", t->s.bound); /* its token checked (serve's runs) */
-    if (t->s.is_server)
-        cJSON_AddNumberToObject(o, "strangers_rejected", t->s.strangers);
-    if (t->s.fd < 0)
+    if (!fs_stream_describe_start(&t->s, o))
         return;
     fs_stream_name(&t->s, 1, buf, sizeof buf, ip, sizeof ip);
     cJSON_AddStringToObject(o, "local_address", buf);

@@ -7,7 +7,6 @@
  * fabscope must not. */
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
-#include <ctype.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <poll.h>
@@ -20,7 +19,9 @@
 
 #include "../core/backend.h"
 #include "../core/datapath.h"
+#include "../core/hex.h"
 #include "../core/inventory.h"
+#include "../core/rx_slots.h"
 #include "ucx_int.h"
 #include "ucx_lanes.h"
 
@@ -83,12 +84,10 @@ struct ucx {
     uint64_t amo_slot;
 
     uint64_t tx_completed, rx_completed, tx_outstanding;
-    long rx_posted;
     /* Posted tagged receives, so teardown can cancel them; each request's reserved space
      * (ucp_params.request_size) holds its slot number. */
     void *rx_reqs[UCX_MAX_RX_POSTED];
-    unsigned rx_free[UCX_MAX_RX_POSTED];
-    unsigned rx_nfree;
+    struct fs_rx_slots rx;
     uint8_t tx_seq, rx_expect; /* write-lat: the last byte of each put carries a sequence */
     ucs_status_t failure;      /* first error seen in a completion callback */
     const char *failure_what;
@@ -96,63 +95,6 @@ struct ucx {
 };
 
 /* ---- small helpers ----------------------------------------------------------------------- */
-
-static void hex_encode(const void *p, size_t n, char *out)
-{
-    static const char d[] = "0123456789abcdef";
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = d[b[i] >> 4];
-        out[2 * i + 1] = d[b[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
-static int hex_val(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = tolower(c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* Returns a malloc'd buffer of *n bytes, or NULL when the text is not even-length hex. */
-static void *hex_decode(const char *s, size_t *n)
-{
-    size_t len = strlen(s);
-    if (len % 2)
-        return NULL;
-    uint8_t *b = malloc(len / 2 + 1);
-    if (!b)
-        return NULL;
-    for (size_t i = 0; i < len / 2; i++) {
-        int hi = hex_val(s[2 * i]), lo = hex_val(s[2 * i + 1]);
-        if (hi < 0 || lo < 0) {
-            free(b);
-            return NULL;
-        }
-        b[i] = (uint8_t)(hi << 4 | lo);
-    }
-    *n = len / 2;
-    return b;
-}
-
-static int add_hex(cJSON *obj, const char *key, const void *p, size_t n)
-{
-    char *h = malloc(2 * n + 1);
-    if (!h)
-        return -1;
-    hex_encode(p, n, h);
-    cJSON_AddStringToObject(obj, key, h);
-    free(h);
-    return 0;
-}
-
-static void *peer_hex(const cJSON *peer, const char *key, size_t *n)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(peer, key);
-    return cJSON_IsString(x) ? hex_decode(x->valuestring, n) : NULL;
-}
 
 static int ucs_fail(struct fs_err *err, int code, const char *what, ucs_status_t st)
 {
@@ -284,10 +226,9 @@ static void tag_recv_done(void *req, ucs_status_t st, const ucp_tag_recv_info_t 
 {
     struct ucx *u = user;
     (void)info;
-    unsigned slot = *(unsigned *)req;
+    int slot = (int)*(unsigned *)req;
     u->rx_reqs[slot] = NULL;
-    u->rx_free[u->rx_nfree++] = slot;
-    u->rx_posted--;
+    fs_rx_slots_done(&u->rx, slot);
     if (st == UCS_OK)
         u->rx_completed++;
     else if (st != UCS_ERR_CANCELED)
@@ -392,9 +333,8 @@ static int ucx_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     u->is_server = ctx->is_server;
     u->efd = -1;
     u->failure = UCS_OK;
-    for (unsigned i = 0; i < UCX_MAX_RX_POSTED; i++)
-        u->rx_free[i] = UCX_MAX_RX_POSTED - 1 - i;
-    u->rx_nfree = UCX_MAX_RX_POSTED;
+    if (fs_rx_slots_init(&u->rx, UCX_MAX_RX_POSTED))
+        return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
     int op = fs_op_by_name(ctx->spec->op), pat = fs_pattern_by_name(ctx->spec->pattern);
     u->op = op < 0 ? FS_OP_TAG : (enum fs_op)op;
     u->pat = pat < 0 ? FS_PAT_LAT : (enum fs_pattern)pat;
@@ -481,14 +421,14 @@ static int ucx_local_address(void *be, cJSON *obj, struct fs_err *err)
     ucs_status_t st = ucp_worker_get_address(u->worker, &addr, &len);
     if (st != UCS_OK)
         return ucs_fail(err, FS_EXIT_MEASURE, "ucp_worker_get_address", st);
-    int rc = add_hex(obj, "worker", addr, len);
+    int rc = fs_json_add_hex(obj, "worker", addr, len);
     ucp_worker_release_address(u->worker, addr);
     if (rc == 0 && u->rmemh) {
         void *rk = NULL;
         size_t rklen = 0;
         if ((st = ucp_rkey_pack(u->context, u->rmemh, &rk, &rklen)) != UCS_OK)
             return ucs_fail(err, FS_EXIT_MEASURE, "ucp_rkey_pack", st);
-        rc = add_hex(obj, "rkey", rk, rklen);
+        rc = fs_json_add_hex(obj, "rkey", rk, rklen);
         ucp_rkey_buffer_release(rk);
         uint64_t a = (uint64_t)(uintptr_t)u->rbuf;
         char h[24];
@@ -503,7 +443,7 @@ static int ucx_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
     struct ucx *u = be;
     (void)deadline_ms; /* address-based endpoints connect lazily; the warmup completes wireup */
     size_t alen = 0;
-    void *addr = peer_hex(peer, "worker", &alen);
+    void *addr = fs_json_get_hex(peer, "worker", &alen);
     if (!addr)
         return fs_fail(err, FS_EXIT_PEER, "ucx: the peer sent no UCX worker address");
     ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
@@ -526,7 +466,7 @@ static int ucx_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
                        u->tls, u->net_devices, ucs_status_string(st));
     if (needs_rkey(u->op)) {
         size_t rklen = 0;
-        void *rk = peer_hex(peer, "rkey", &rklen);
+        void *rk = fs_json_get_hex(peer, "rkey", &rklen);
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(peer, "addr");
         if (!rk || !cJSON_IsString(a)) {
             free(rk);
@@ -554,7 +494,7 @@ static long rx_want(const struct ucx *u)
 static int post_receives(struct ucx *u, struct fs_err *err)
 {
     const long want = rx_want(u);
-    while (u->rx_posted < want) {
+    while (u->rx.posted < want) {
         ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                                                  UCP_OP_ATTR_FIELD_USER_DATA,
                                  .cb.recv = tag_recv_done,
@@ -569,10 +509,10 @@ static int post_receives(struct ucx *u, struct fs_err *err)
             u->rx_completed++;
             continue;
         }
-        unsigned slot = u->rx_free[--u->rx_nfree];
-        *(unsigned *)sp = slot;
+        int slot = fs_rx_slots_next(&u->rx);
+        *(unsigned *)sp = (unsigned)slot;
         u->rx_reqs[slot] = sp;
-        u->rx_posted++;
+        fs_rx_slots_posted(&u->rx);
     }
     return 0;
 }
@@ -668,7 +608,7 @@ static int ucx_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
     else
         u->tx_outstanding++;
     /* The message is on its way: now is the time to post receives again. */
-    if (op == FS_OP_TAG && u->rx_posted < rx_want(u) && post_receives(u, err))
+    if (op == FS_OP_TAG && u->rx.posted < rx_want(u) && post_receives(u, err))
         return -1;
     return 1;
 }
@@ -729,8 +669,8 @@ static int ucx_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_e
     /* Receives are topped up on turns that completed nothing, or when half are used: after a
      * completion the core is about to time it or answer it, and a ucp_tag_recv_nbx there would
      * sit inside every round trip (ucx_perftest too posts its receive after the send). */
-    if (u->op == FS_OP_TAG && (!u->rx_completed || u->rx_posted < rx_want(u) / 2) &&
-        u->rx_posted < rx_want(u) && post_receives(u, err))
+    if (u->op == FS_OP_TAG && (!u->rx_completed || u->rx.posted < rx_want(u) / 2) &&
+        u->rx.posted < rx_want(u) && post_receives(u, err))
         return -1;
     ev->tx_done += u->tx_completed;
     ev->rx_done += u->rx_completed;
@@ -839,12 +779,12 @@ static void ucx_teardown(void *be)
             ucp_request_free(sp);
         }
     }
-    if (u->worker && u->rx_posted > 0) {
+    if (u->worker && u->rx.posted > 0) {
         /* Cancelled receives complete (with UCS_ERR_CANCELED) in the next progress calls. */
         for (unsigned i = 0; i < UCX_MAX_RX_POSTED; i++)
             if (u->rx_reqs[i])
                 ucp_request_cancel(u->worker, u->rx_reqs[i]);
-        for (int i = 0; i < 1000 && u->rx_posted > 0; i++)
+        for (int i = 0; i < 1000 && u->rx.posted > 0; i++)
             ucp_worker_progress(u->worker);
     }
     if (u->smemh)
@@ -860,6 +800,7 @@ static void ucx_teardown(void *be)
         free(u->rbuf);
     }
     free(u->amo_reply);
+    fs_rx_slots_release(&u->rx);
     free(u);
 }
 

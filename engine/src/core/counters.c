@@ -89,6 +89,21 @@ static void hw_counters_read(int pfd)
         hw_expire_ns = until;
 }
 
+/* One netdev's statistics into dev; whether it has any (an entry without them is left out). */
+static int read_netdev(const char *root, const char *name, struct fs_cnt_dev *dev)
+{
+    char path[1024];
+    memset(dev, 0, sizeof *dev);
+    snprintf(dev->name, sizeof dev->name, "%s", name);
+    int any = 0;
+    for (int k = 0; net_keys[k].key; k++) {
+        snprintf(path, sizeof path, "%s/class/net/%s/%s", root, name, net_keys[k].file);
+        dev->have[k] = fs_sysfs_u64(NULL, AT_FDCWD, path, &dev->v[k]) == 0;
+        any |= dev->have[k];
+    }
+    return any;
+}
+
 /* One RDMA port into dev. */
 static void read_port(const char *ports, const char *dev_name, const char *port,
                      struct fs_cnt_dev *dev)
@@ -129,17 +144,7 @@ void fs_counters_snap(struct fs_cnt_snap *s)
     struct dirent *e;
     while ((e = fs_sysfs_next(d))) {
         struct fs_cnt_dev *dev = next_slot(s);
-        if (!dev)
-            continue;
-        memset(dev, 0, sizeof *dev);
-        snprintf(dev->name, sizeof dev->name, "%s", e->d_name);
-        int any = 0;
-        for (int k = 0; net_keys[k].key; k++) {
-            snprintf(path, sizeof path, "%s/class/net/%s/%s", root, e->d_name, net_keys[k].file);
-            dev->have[k] = fs_sysfs_u64(NULL, AT_FDCWD, path, &dev->v[k]) == 0;
-            any |= dev->have[k];
-        }
-        if (any)
+        if (dev && read_netdev(root, e->d_name, dev))
             s->n++;
     }
     if (d)

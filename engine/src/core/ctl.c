@@ -468,25 +468,48 @@ int fs_sock_peer_desc(int fd, char *buf, size_t len)
     return 0;
 }
 
-int fs_ctl_connect(const char *hostport, int timeout_ms, struct fs_ctl *c, struct fs_err *err)
-{
+/* The control connection's address as the user gave it (--peer, or --listen for a listener) and
+ * its resolution for a stream socket. */
+struct ctl_address {
     char host[256];
     int port;
-    if (fs_split_hostport(hostport, host, sizeof host, &port, FS_CTL_DEFAULT_PORT))
-        return fs_fail(err, FS_EXIT_USAGE, "--peer '%s' is not HOST, HOST:PORT or [IPv6]:PORT",
+    struct addrinfo *res; /* the caller's to free */
+};
+
+/* Splits hostport (FS_CTL_DEFAULT_PORT when it has none) and resolves it: any name for a client,
+ * a numeric address for a listener. 0, or -1 saying which option is wrong and why. */
+static int resolve_ctl_address(const char *hostport, int listener, struct ctl_address *a,
+                               struct fs_err *err)
+{
+    if (fs_split_hostport(hostport, a->host, sizeof a->host, &a->port, FS_CTL_DEFAULT_PORT))
+        return fs_fail(err, FS_EXIT_USAGE,
+                       listener ? "--listen '%s' is not ADDR, ADDR:PORT or [IPv6]:PORT"
+                                : "--peer '%s' is not HOST, HOST:PORT or [IPv6]:PORT",
                        hostport);
     char portstr[16];
-    snprintf(portstr, sizeof portstr, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    int gai = getaddrinfo(host, portstr, &hints, &res);
-    if (gai)
-        return fs_fail(err, FS_EXIT_PEER, "cannot resolve peer host '%s': %s", host,
+    snprintf(portstr, sizeof portstr, "%d", a->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = listener ? AI_PASSIVE | AI_NUMERICHOST : 0};
+    a->res = NULL;
+    int gai = getaddrinfo(a->host, portstr, &hints, &a->res);
+    if (gai && listener)
+        return fs_fail(err, FS_EXIT_USAGE, "--listen: '%s' is not a numeric address: %s", a->host,
                        gai_strerror(gai));
+    if (gai)
+        return fs_fail(err, FS_EXIT_PEER, "cannot resolve peer host '%s': %s", a->host,
+                       gai_strerror(gai));
+    return 0;
+}
+
+int fs_ctl_connect(const char *hostport, int timeout_ms, struct fs_ctl *c, struct fs_err *err)
+{
+    struct ctl_address a;
+    if (resolve_ctl_address(hostport, 0, &a, err))
+        return -1;
     uint64_t deadline = fs_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     int last_errno = 0;
     int fd = -1;
-    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+    for (struct addrinfo *ai = a.res; ai && fd < 0; ai = ai->ai_next) {
         /* A refused connection may just be a peer that is still starting: retry until the
          * deadline, as a human would, then name the address. */
         while (fd < 0) {
@@ -522,61 +545,50 @@ int fs_ctl_connect(const char *hostport, int timeout_ms, struct fs_ctl *c, struc
             nanosleep(&pause, NULL);
         }
     }
-    freeaddrinfo(res);
+    freeaddrinfo(a.res);
     if (fd < 0) {
         if (last_errno == ECONNREFUSED)
             return fs_fail(err, FS_EXIT_PEER,
                            "nothing is listening at %s:%d (connection refused for %d ms). Start "
                            "the server there first: `fabscope serve --bind ADDR --port %d`, or use "
                            "`fabscope run --loopback` to test this host alone",
-                           host, port, timeout_ms, port);
+                           a.host, a.port, timeout_ms, a.port);
         return fs_fail(err, FS_EXIT_PEER,
                        "could not reach %s:%d within %d ms: %s. Check the address, that "
                        "`fabscope serve` runs there, and that no firewall drops TCP port %d",
-                       host, port, timeout_ms, strerror(last_errno ? last_errno : ETIMEDOUT),
-                       port);
+                       a.host, a.port, timeout_ms, strerror(last_errno ? last_errno : ETIMEDOUT),
+                       a.port);
     }
     int fl = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
     char desc[300];
-    snprintf(desc, sizeof desc, "%s:%d", host, port);
+    snprintf(desc, sizeof desc, "%s:%d", a.host, a.port);
     return fs_ctl_init(c, fd, desc);
 }
 
 int fs_ctl_listen(const char *hostport, int *bound_port, struct fs_err *err)
 {
-    char host[256];
-    int port;
-    if (fs_split_hostport(hostport, host, sizeof host, &port, FS_CTL_DEFAULT_PORT))
-        return fs_fail(err, FS_EXIT_USAGE, "--listen '%s' is not ADDR, ADDR:PORT or [IPv6]:PORT",
-                       hostport);
-    char portstr[16];
-    snprintf(portstr, sizeof portstr, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICHOST};
-    struct addrinfo *res = NULL;
-    int gai = getaddrinfo(host, portstr, &hints, &res);
-    if (gai)
-        return fs_fail(err, FS_EXIT_USAGE, "--listen: '%s' is not a numeric address: %s", host,
-                       gai_strerror(gai));
-    int s = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct ctl_address a;
+    if (resolve_ctl_address(hostport, 1, &a, err))
+        return -1;
+    int s = socket(a.res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
     if (s >= 0)
         setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (s < 0 || bind(s, res->ai_addr, res->ai_addrlen) || listen(s, 4)) {
+    if (s < 0 || bind(s, a.res->ai_addr, a.res->ai_addrlen) || listen(s, 4)) {
         int e = errno;
-        freeaddrinfo(res);
+        freeaddrinfo(a.res);
         if (s >= 0)
             close(s);
         return fs_fail(err, e == EADDRNOTAVAIL ? FS_EXIT_USAGE : FS_EXIT_PEER,
-                       "cannot listen on %s:%d: %s%s", host, port, strerror(e),
+                       "cannot listen on %s:%d: %s%s", a.host, a.port, strerror(e),
                        e == EADDRINUSE ? " (another fabscope serve or program holds the port; "
                                          "pick another with --port)"
                        : e == EADDRNOTAVAIL ? " (no local interface has that address; see "
                                               "`ip -brief addr`)"
                                             : "");
     }
-    freeaddrinfo(res);
+    freeaddrinfo(a.res);
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     getsockname(s, (struct sockaddr *)&ss, &sl);

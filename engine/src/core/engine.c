@@ -57,6 +57,23 @@ static void cap_list(uint32_t mask, int ops, char *buf, size_t len)
                                      ops ? fs_ops[i].name : fs_pattern_names[i]);
 }
 
+/* The operation (ops = 1) or pattern called `name`, which backend b must offer: its index, or -1
+ * after naming the ones b has. */
+static int backend_offers(const struct fs_backend_ops *b, int ops, const char *name,
+                          struct fs_err *err)
+{
+    int i = ops ? fs_op_by_name(name) : fs_pattern_by_name(name);
+    uint32_t offered = ops ? b->ops : b->patterns;
+    if (i >= 0 && (offered & FS_BIT(i)))
+        return i;
+    char list[256];
+    cap_list(offered, ops, list, sizeof list);
+    return fs_fail(err, FS_EXIT_USAGE,
+                   ops ? "--op %s: not an operation of backend %s; it has: %s"
+                       : "--pattern %s: backend %s supports: %s",
+                   name, b->name, list);
+}
+
 int fs_run_select_backend(struct fs_run *r, struct fs_err *err)
 {
     r->bops = fs_backend_by_name(r->spec.backend);
@@ -106,7 +123,6 @@ int fs_run_select_backend(struct fs_run *r, struct fs_err *err)
  * the user gave. */
 int fs_run_validate(struct fs_run *r, struct fs_err *err)
 {
-    char list[256];
     if (!r->spec.op[0]) {
         for (int i = 0; i < FS_OP_COUNT; i++)
             if (r->bops->ops & FS_BIT(i)) {
@@ -114,19 +130,11 @@ int fs_run_validate(struct fs_run *r, struct fs_err *err)
                 break;
             }
     }
-    int op = fs_op_by_name(r->spec.op);
-    if (op < 0 || !(r->bops->ops & FS_BIT(op))) {
-        cap_list(r->bops->ops, 1, list, sizeof list);
-        return fs_fail(err, FS_EXIT_USAGE, "--op %s: not an operation of backend %s; it has: %s",
-                       r->spec.op, r->bops->name, list);
-    }
+    int op = backend_offers(r->bops, 1, r->spec.op, err);
+    int pat = op < 0 ? -1 : backend_offers(r->bops, 0, r->spec.pattern, err);
+    if (pat < 0)
+        return -1;
     r->op = (enum fs_op)op;
-    int pat = fs_pattern_by_name(r->spec.pattern);
-    if (pat < 0 || !(r->bops->patterns & FS_BIT(pat))) {
-        cap_list(r->bops->patterns, 0, list, sizeof list);
-        return fs_fail(err, FS_EXIT_USAGE, "--pattern %s: backend %s supports: %s",
-                       r->spec.pattern, r->bops->name, list);
-    }
     r->pat = (enum fs_pattern)pat;
     if (!r->backend_by_peer && strchr(r->spec.device, ',') && !r->bops->device_list)
         return fs_fail(err, FS_EXIT_USAGE,

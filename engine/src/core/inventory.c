@@ -8,7 +8,6 @@
 
 #include "fs.h"
 
-#if !defined(FS_HAVE_VERBS) || !defined(FS_HAVE_UCX) || !defined(FS_HAVE_OFI)
 static void absent(cJSON *part, const char *library, const char *package)
 {
     cJSON_AddStringToObject(part, "status", "absent");
@@ -18,6 +17,28 @@ static void absent(cJSON *part, const char *library, const char *package)
              library, package);
     cJSON_AddStringToObject(part, "reason", why);
 }
+
+/* The part `key` of root: filled by its backend, or absent (fill NULL) naming the package that
+ * would add the library. */
+static void add_part(cJSON *root, const char *key, void (*fill)(cJSON *part), const char *library,
+                     const char *package)
+{
+    cJSON *part = cJSON_AddObjectToObject(root, key);
+    if (fill)
+        fill(part);
+    else
+        absent(part, library, package);
+}
+
+/* The parts of the libraries this build left out. */
+#ifndef FS_HAVE_VERBS
+#define fs_inventory_verbs NULL
+#endif
+#ifndef FS_HAVE_UCX
+#define fs_inventory_ucx NULL
+#endif
+#ifndef FS_HAVE_OFI
+#define fs_inventory_ofi NULL
 #endif
 
 int fs_inventory_print(void)
@@ -29,24 +50,10 @@ int fs_inventory_print(void)
     gethostname(host, sizeof host - 1);
     cJSON_AddStringToObject(root, "host", host);
 
-    cJSON *verbs = cJSON_AddObjectToObject(root, "verbs");
-#ifdef FS_HAVE_VERBS
-    fs_inventory_verbs(verbs);
-#else
-    absent(verbs, "libibverbs", "libibverbs-dev (and librdmacm-dev for --cm)");
-#endif
-    cJSON *ucx = cJSON_AddObjectToObject(root, "ucx");
-#ifdef FS_HAVE_UCX
-    fs_inventory_ucx(ucx);
-#else
-    absent(ucx, "UCX", "libucx-dev");
-#endif
-    cJSON *ofi = cJSON_AddObjectToObject(root, "libfabric");
-#ifdef FS_HAVE_OFI
-    fs_inventory_ofi(ofi);
-#else
-    absent(ofi, "libfabric", "libfabric-dev");
-#endif
+    add_part(root, "verbs", fs_inventory_verbs, "libibverbs",
+             "libibverbs-dev (and librdmacm-dev for --cm)");
+    add_part(root, "ucx", fs_inventory_ucx, "UCX", "libucx-dev");
+    add_part(root, "libfabric", fs_inventory_ofi, "libfabric", "libfabric-dev");
     char *text = cJSON_Print(root);
     if (text)
         puts(text);

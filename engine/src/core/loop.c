@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <sched.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -625,14 +626,51 @@ static long cpu_numa_node(int64_t cpu)
     return node;
 }
 
+/* The counts of a side's view under their keys in "phase_done": written from this side's view
+ * (view_json, fs_cpu_use_json) and read back into the peer's (fs_phase_exchange). */
+struct view_count {
+    const char *key;
+    size_t off; /* of a uint64_t in struct fs_side_view */
+};
+#define VIEW_COUNT(key, field) {key, offsetof(struct fs_side_view, field)}
+static const struct view_count phase_counts[] = {
+    VIEW_COUNT("tx_msgs", tx_msgs),       VIEW_COUNT("tx_span_ns", tx_span_ns),
+    VIEW_COUNT("rx_msgs", rx_msgs),       VIEW_COUNT("rx_timed_msgs", rx_timed_msgs),
+    VIEW_COUNT("rx_span_ns", rx_span_ns), VIEW_COUNT("rx_lost", rx_lost),
+    VIEW_COUNT("control_polls", control_polls),
+};
+static const struct view_count cpu_use_counts[] = { /* in "cpu_use" */
+    VIEW_COUNT("wall_ns", wall_ns), VIEW_COUNT("user_ns", user_ns), VIEW_COUNT("sys_ns", sys_ns),
+    VIEW_COUNT("voluntary_switches", vol_switches),
+    VIEW_COUNT("involuntary_switches", invol_switches),
+};
+#undef VIEW_COUNT
+#define N_COUNTS(table) (sizeof(table) / sizeof(table)[0])
+
+static void view_counts_json(const struct fs_side_view *v, const struct view_count *c, size_t n,
+                             cJSON *o)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t *count = (const uint64_t *)(const void *)((const char *)v + c[i].off);
+        cJSON_AddNumberToObject(o, c[i].key, (double)*count);
+    }
+}
+
+/* A count the peer left out or sent negative reads 0. */
+static void view_counts_from_peer(struct fs_side_view *v, const struct view_count *c,
+                                  size_t n, const cJSON *o)
+{
+    for (size_t i = 0; i < n; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, c[i].key);
+        uint64_t *count = (uint64_t *)(void *)((char *)v + c[i].off);
+        *count = cJSON_IsNumber(x) && x->valuedouble >= 0 ? (uint64_t)x->valuedouble : 0;
+    }
+}
+
 cJSON *fs_cpu_use_json(const struct fs_side_view *v)
 {
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "wall_ns", (double)v->wall_ns);
-    cJSON_AddNumberToObject(c, "user_ns", (double)v->user_ns);
-    cJSON_AddNumberToObject(c, "sys_ns", (double)v->sys_ns);
-    cJSON_AddNumberToObject(c, "voluntary_switches", (double)v->vol_switches);
-    cJSON_AddNumberToObject(c, "involuntary_switches", (double)v->invol_switches);
+    view_counts_json(v, cpu_use_counts, N_COUNTS(cpu_use_counts), c);
     if (v->cpu < 0) {
         cJSON_AddNullToObject(c, "cpu");
         return c;
@@ -654,20 +692,8 @@ cJSON *fs_cpu_use_json(const struct fs_side_view *v)
 
 static void view_json(const struct fs_side_view *v, cJSON *o)
 {
-    cJSON_AddNumberToObject(o, "tx_msgs", (double)v->tx_msgs);
-    cJSON_AddNumberToObject(o, "tx_span_ns", (double)v->tx_span_ns);
-    cJSON_AddNumberToObject(o, "rx_msgs", (double)v->rx_msgs);
-    cJSON_AddNumberToObject(o, "rx_timed_msgs", (double)v->rx_timed_msgs);
-    cJSON_AddNumberToObject(o, "rx_span_ns", (double)v->rx_span_ns);
-    cJSON_AddNumberToObject(o, "rx_lost", (double)v->rx_lost);
-    cJSON_AddNumberToObject(o, "control_polls", (double)v->control_polls);
+    view_counts_json(v, phase_counts, N_COUNTS(phase_counts), o);
     cJSON_AddItemToObject(o, "cpu_use", fs_cpu_use_json(v));
-}
-
-static uint64_t num(const cJSON *o, const char *k)
-{
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(x) && x->valuedouble >= 0 ? (uint64_t)x->valuedouble : 0;
 }
 
 int fs_phase_exchange(struct fs_run *r, const struct fs_side_view *mine, cJSON *extra,
@@ -710,20 +736,10 @@ int fs_phase_exchange(struct fs_run *r, const struct fs_side_view *mine, cJSON *
         cJSON_Delete(p);
         p = NULL;
     }
-    theirs->tx_msgs = num(p, "tx_msgs");
-    theirs->tx_span_ns = num(p, "tx_span_ns");
-    theirs->rx_msgs = num(p, "rx_msgs");
-    theirs->rx_timed_msgs = num(p, "rx_timed_msgs");
-    theirs->rx_span_ns = num(p, "rx_span_ns");
-    theirs->rx_lost = num(p, "rx_lost");
-    theirs->control_polls = num(p, "control_polls");
+    view_counts_from_peer(theirs, phase_counts, N_COUNTS(phase_counts), p);
     /* An older peer sends no cpu_use: wall 0 says "not reported". */
     const cJSON *cu = cJSON_GetObjectItemCaseSensitive(p, "cpu_use");
-    theirs->wall_ns = num(cu, "wall_ns");
-    theirs->user_ns = num(cu, "user_ns");
-    theirs->sys_ns = num(cu, "sys_ns");
-    theirs->vol_switches = num(cu, "voluntary_switches");
-    theirs->invol_switches = num(cu, "involuntary_switches");
+    view_counts_from_peer(theirs, cpu_use_counts, N_COUNTS(cpu_use_counts), cu);
     const cJSON *cc = cJSON_GetObjectItemCaseSensitive(cu, "cpu");
     theirs->cpu = cJSON_IsNumber(cc) && cc->valuedouble >= 0 ? (int64_t)cc->valuedouble : -1;
     if (counts_from_json(&r->peer_iv_tx, p, "tx_intervals", err) ||

@@ -4,11 +4,8 @@
  * backend. Only rank 0 prints records. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <cjson/cJSON.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <mpi.h>
-#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -19,9 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/fs.h"
-
-int fs_engine_main(int argc, char **argv);
+#include "../core/entry.h"
 
 struct rendezvous {
     int port;   /* 0 = rank 1 failed to listen */
@@ -34,120 +29,9 @@ struct rendezvous {
 #define TAG_CLIENT_DONE 2
 #define WAIT_SLICE_MS 50
 
-/* Timeout from the user's --timeout (seconds), for the accept below; the engine enforces its
- * own deadlines after that. */
-static int timeout_ms(int argc, char **argv)
-{
-    for (int i = 1; i < argc; i++) {
-        if (strncmp(argv[i], "--timeout=", 10) == 0)
-            return (int)(atof(argv[i] + 10) * 1000);
-        if (strcmp(argv[i], "--timeout") == 0 && i + 1 < argc)
-            return (int)(atof(argv[i + 1]) * 1000);
-    }
-    return 10000;
-}
-
-static int has_arg(int argc, char **argv, const char *name)
-{
-    size_t n = strlen(name);
-    for (int i = 1; i < argc; i++)
-        if (strncmp(argv[i], name, n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '='))
-            return 1;
-    return 0;
-}
-
-/* The value of --name=V or --name V, or NULL. */
-static const char *arg_value(int argc, char **argv, const char *name)
-{
-    size_t n = strlen(name);
-    for (int i = 1; i < argc; i++) {
-        if (strncmp(argv[i], name, n) != 0)
-            continue;
-        if (argv[i][n] == '=')
-            return argv[i] + n + 1;
-        if (argv[i][n] == '\0' && i + 1 < argc)
-            return argv[i + 1];
-    }
-    return NULL;
-}
-
-/* A usage error found before MPI_Init, said the way the engine says errors: a fabscope.error
- * line on stdout for --format json, and the message on stderr (mpirun forwards both). */
-static int refuse(int argc, char **argv, const char *msg)
-{
-    const char *fmt = arg_value(argc, argv, "--format");
-    if (fmt && strcmp(fmt, "json") == 0) {
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "schema", "fabscope.error/1");
-        cJSON_AddNumberToObject(e, "exit_code", FS_EXIT_USAGE);
-        cJSON_AddStringToObject(e, "message", msg);
-        char *line = cJSON_PrintUnformatted(e);
-        if (line)
-            printf("%s\n", line);
-        fflush(stdout);
-        free(line);
-        cJSON_Delete(e);
-    }
-    fprintf(stderr, "fabscope-engine: %s\n", msg);
-    return FS_EXIT_USAGE;
-}
-
-/* Each rank checks --device on its own host before MPI starts: MPI itself would either ignore
- * a device that is not there (no silent fallback, ever) or fail MPI_Init with a message about
- * unreachable processes. A netdev (what btl_tcp_if_include and UCX's tcp transport name) or an
- * RDMA device, optionally with ":PORT" as UCX_NET_DEVICES writes it. --bind has no MPI meaning:
- * each rank's library picks its own source addresses. */
-static int check_host_options(int argc, char **argv)
-{
-    const char *backend = arg_value(argc, argv, "--backend");
-    if ((backend && strcmp(backend, "mpi") != 0) || has_arg(argc, argv, "--peer") ||
-        has_arg(argc, argv, "--listen") || has_arg(argc, argv, "--control-fd"))
-        return 0; /* a singleton running another backend's flows by hand */
-    if (has_arg(argc, argv, "--validate-only"))
-        return 0; /* run by the front end on its own host, which need not be a rank's host */
-    char msg[1024], host[256] = "";
-    gethostname(host, sizeof host - 1);
-    const char *bind_addr = arg_value(argc, argv, "--bind");
-    if (bind_addr && *bind_addr) {
-        snprintf(msg, sizeof msg,
-                 "--bind %s: the mpi backend cannot bind: MPI picks the source addresses of each "
-                 "rank itself. Name the device instead (--device NETDEV, mapped to Open MPI's "
-                 "btl_tcp_if_include and UCX_NET_DEVICES)",
-                 bind_addr);
-        return refuse(argc, argv, msg);
-    }
-    const char *dev = arg_value(argc, argv, "--device");
-    if (!dev || !*dev)
-        return 0;
-    char name[128], path[300];
-    snprintf(name, sizeof name, "%.*s", (int)strcspn(dev, ":"), dev);
-    snprintf(path, sizeof path, "/sys/class/infiniband/%s", name);
-    if (if_nametoindex(name) != 0 || access(path, F_OK) == 0)
-        return 0;
-    char have[600] = "";
-    size_t used = 0;
-    struct if_nameindex *ifs = if_nameindex();
-    for (struct if_nameindex *i = ifs; i && i->if_index && used < sizeof have; i++)
-        used += (size_t)snprintf(have + used, sizeof have - used, "%s%s", used ? ", " : "", i->if_name);
-    if (ifs)
-        if_freenameindex(ifs);
-    DIR *d = opendir("/sys/class/infiniband");
-    for (struct dirent *e; d && (e = readdir(d)) != NULL && used < sizeof have;)
-        if (e->d_name[0] != '.')
-            used += (size_t)snprintf(have + used, sizeof have - used, "%s%s (RDMA)", used ? ", " : "",
-                                     e->d_name);
-    if (d)
-        closedir(d);
-    snprintf(msg, sizeof msg,
-             "--device %s: no such network or RDMA device on host %s; it has: %s. Name one of "
-             "those (the same name must exist on both ranks' hosts)",
-             dev, host, have);
-    return refuse(argc, argv, msg);
-}
-
 /* Rank 1: listen where rank 0 can reach it (loopback when both share a node), accept one
  * connection, then run the engine as a server on it. */
-static int run_server(int argc, char **argv, int same_node)
+static int run_server(char *argv0, int timeout_ms, int same_node)
 {
     struct rendezvous rv = {0};
     int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -177,9 +61,9 @@ static int run_server(int argc, char **argv, int same_node)
             close(lfd);
             return FS_EXIT_OK;
         }
-        if (waited >= timeout_ms(argc, argv)) {
+        if (waited >= timeout_ms) {
             fprintf(stderr, "fabscope-engine-mpi rank 1: rank 0 did not connect within %d ms\n",
-                    timeout_ms(argc, argv));
+                    timeout_ms);
             close(lfd);
             return FS_EXIT_PEER;
         }
@@ -192,10 +76,10 @@ static int run_server(int argc, char **argv, int same_node)
     }
     char fdtxt[16], tmo[32];
     snprintf(fdtxt, sizeof fdtxt, "%d", fd);
-    snprintf(tmo, sizeof tmo, "%g", timeout_ms(argc, argv) / 1000.0);
+    snprintf(tmo, sizeof tmo, "%g", timeout_ms / 1000.0);
     /* The server adopts every shared option from the client; only the timeout matters here. */
-    char *sargv[] = {argv[0], "--control-fd", fdtxt, "--timeout", tmo, NULL};
-    return fs_engine_main(5, sargv);
+    char *sargv[] = {argv0, "--control-fd", fdtxt, "--timeout", tmo, NULL};
+    return fs_engine_run(5, sargv);
 }
 
 static int run_client(int argc, char **argv, int same_node)
@@ -209,16 +93,16 @@ static int run_client(int argc, char **argv, int same_node)
     char **cargv = calloc((size_t)argc + 5, sizeof *cargv);
     if (!cargv)
         return FS_EXIT_MEASURE;
+    /* --backend mpi first: a --backend the user gave comes later and wins. */
     int n = 0;
-    for (int i = 0; i < argc; i++)
+    cargv[n++] = argv[0];
+    cargv[n++] = "--backend";
+    cargv[n++] = "mpi";
+    for (int i = 1; i < argc; i++)
         cargv[n++] = argv[i];
-    if (!has_arg(argc, argv, "--backend")) {
-        cargv[n++] = "--backend";
-        cargv[n++] = "mpi";
-    }
     cargv[n++] = "--peer";
     cargv[n++] = peer;
-    int rc = fs_engine_main(n, cargv);
+    int rc = fs_engine_run(n, cargv);
     free(cargv);
     return rc;
 }
@@ -228,35 +112,40 @@ static int run_client(int argc, char **argv, int same_node)
  * stops progressing UCX, and its peer can spin in the close forever (pmodels/mpich#6596; seen
  * here in about one run in eight between two netns hosts). Every result has been printed and
  * both ranks met in MPI_Barrier by then, so past this deadline the rank says so and exits with
- * the code it would have returned. */
-#define FINALIZE_DEADLINE_S 3
+ * the code it would have returned. The deadline is the run's own --timeout (at least 3 s): a
+ * fixed 3 s was too short for Open MPI's orderly shutdown between two emulated (TCG) guests, and
+ * a rank that leaves without finalizing makes mpirun fail the job after its results were printed. */
+#define FINALIZE_MIN_DEADLINE_S 3
 
 struct finalize_watch {
     int rank;
     int exit_code;
+    int deadline_s;
 };
 
 static void *finalize_watchdog(void *arg)
 {
     const struct finalize_watch *watch = arg;
-    struct timespec until = {.tv_sec = FINALIZE_DEADLINE_S, .tv_nsec = 0};
+    struct timespec until = {.tv_sec = watch->deadline_s, .tv_nsec = 0};
     while (nanosleep(&until, &until) != 0)
         ;
     fprintf(stderr,
             "fabscope-engine-mpi: note: rank %d: MPI_Finalize did not return within %d s after the "
             "measurement ended (the MPI library's shutdown waited on its peer; MPICH 4.0 ch4:ucx is "
             "known to: pmodels/mpich#6596); the results printed are complete; exiting without it\n",
-            watch->rank, FINALIZE_DEADLINE_S);
+            watch->rank, watch->deadline_s);
     fflush(stderr);
     _exit(watch->exit_code);
 }
 
-static void arm_finalize_deadline(int rank, int exit_code)
+static void arm_finalize_deadline(int rank, int exit_code, double timeout_s)
 {
     static struct finalize_watch watch;
     pthread_t thread;
     watch.rank = rank;
     watch.exit_code = exit_code;
+    watch.deadline_s = timeout_s > FINALIZE_MIN_DEADLINE_S ? (int)(timeout_s + 0.999)
+                                                           : FINALIZE_MIN_DEADLINE_S;
     fflush(stdout);
     if (pthread_create(&thread, NULL, finalize_watchdog, &watch) == 0)
         pthread_detach(thread);
@@ -265,13 +154,24 @@ static void arm_finalize_deadline(int rank, int exit_code)
 int main(int argc, char **argv)
 {
     int provided = 0, rank = 0, size = 0;
+    /* The options this wrapper needs before MPI_Init, through the engine's option table. A command
+     * line that does not parse is left to rank 0's engine to refuse, once, after MPI_Init. */
+    static struct fs_spec spec;
+    struct fs_err err = {0};
+    int parsed = fs_engine_parse(argc, argv, "mpi", &spec, &err) == 0;
     /* Checking options needs no MPI: a singleton MPI_Init would start Open MPI's orted (and
      * fail where it is not on PATH) only to be finalized again. */
-    if (has_arg(argc, argv, "--validate-only"))
-        return fs_engine_main(argc, argv);
-    int bad = check_host_options(argc, argv);
-    if (bad)
-        return bad;
+    if (spec.validate_only)
+        return fs_engine_run(argc, argv);
+    /* Each rank checks this host's names (--device, --bind: the mpi backend's .check) before MPI
+     * starts, since MPI_Init itself may fail on a device that is not there. Not for a singleton
+     * running the plain flows by hand (--peer, --listen, --control-fd). */
+    int by_hand = spec.peer[0] || spec.listen[0] || spec.control_fd >= 0;
+    if (parsed && !by_hand && strcmp(spec.backend, "mpi") == 0) {
+        int bad = fs_engine_check_host(argc, argv, "mpi");
+        if (bad)
+            return bad;
+    }
     /* The launcher (srun, mpirun) forwards every rank's stdout in chunks, not lines: whatever
      * rank 1 or the MPI and UCX libraries print there (UCX logs to stdout) can land inside one of
      * rank 0's 8 KB record lines and damage it (seen under srun on a busy machine: the 1 MiB
@@ -294,7 +194,7 @@ int main(int argc, char **argv)
     if (size == 1) {
         /* A singleton (started without a launcher): the plain engine flows, so a client can
          * still be pointed at a server by hand; the mpi backend itself needs 2 ranks. */
-        int rc = fs_engine_main(argc, argv);
+        int rc = fs_engine_run(argc, argv);
         MPI_T_finalize();
         MPI_Finalize();
         return rc;
@@ -306,7 +206,7 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return FS_EXIT_USAGE;
     }
-    if (rank == 0 && (has_arg(argc, argv, "--peer") || has_arg(argc, argv, "--listen"))) {
+    if (rank == 0 && (spec.peer[0] || spec.listen[0])) {
         fprintf(stderr, "fabscope-engine-mpi: --peer/--listen are set by the MPI launch itself; "
                         "drop them\n");
         MPI_Abort(MPI_COMM_WORLD, FS_EXIT_USAGE);
@@ -319,7 +219,9 @@ int main(int argc, char **argv)
     int same_node = strcmp(me, other) == 0;
     /* For the mpi backend's report (MPICH exposes no per-peer path, so locality decides it). */
     setenv("FABSCOPE_MPI_PEER_HOST", other, 1);
-    int rc = rank == 1 ? run_server(argc, argv, same_node) : run_client(argc, argv, same_node);
+    int timeout_ms = (int)(spec.timeout * 1000);
+    int rc = rank == 1 ? run_server(argv[0], timeout_ms, same_node)
+                       : run_client(argc, argv, same_node);
     /* Both engines end within their deadlines (the control channel tells each side when the
      * other failed). Rank 0 then says it is done (rank 1 may still be waiting for its
      * connection), and both meet before MPI_Finalize. Rank 0's exit code is the job's: mpirun
@@ -331,7 +233,7 @@ int main(int argc, char **argv)
         MPI_Recv(&client_rc, 1, MPI_INT, 0, TAG_CLIENT_DONE, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    arm_finalize_deadline(rank, rank == 0 ? rc : 0);
+    arm_finalize_deadline(rank, rank == 0 ? rc : 0, spec.timeout);
     MPI_T_finalize();
     MPI_Finalize();
     return rank == 0 ? rc : 0;

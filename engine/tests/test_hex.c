@@ -1,0 +1,44 @@
+/* fs_hex_*: the hex text backends exchange their addresses in (hex.h). */
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "hex.h"
+
+int main(void)
+{
+    const uint8_t bytes[] = {0x00, 0x01, 0x7f, 0x80, 0xab, 0xff};
+    char text[2 * sizeof bytes + 1];
+    fs_hex_encode(bytes, sizeof bytes, text);
+    CHECK(strcmp(text, "00017f80abff") == 0);
+
+    size_t n = 0;
+    uint8_t *back = fs_hex_decode(text, &n);
+    CHECK(back && n == sizeof bytes && memcmp(back, bytes, n) == 0);
+    free(back);
+    back = fs_hex_decode("00017F80ABFF", &n); /* either case */
+    CHECK(back && n == sizeof bytes && memcmp(back, bytes, n) == 0);
+    free(back);
+    back = fs_hex_decode("", &n);
+    CHECK(back && n == 0);
+    free(back);
+    CHECK(fs_hex_decode("abc", &n) == NULL);  /* odd length */
+    CHECK(fs_hex_decode("0g", &n) == NULL);   /* not a digit */
+    CHECK(fs_hex_decode("1 ", &n) == NULL);
+    CHECK(fs_hex_decode("-1", &n) == NULL);
+
+    cJSON *o = cJSON_CreateObject();
+    CHECK(fs_json_add_hex(o, "name", bytes, sizeof bytes) == 0);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
+    CHECK(cJSON_IsString(name) && strcmp(name->valuestring, "00017f80abff") == 0);
+    back = fs_json_get_hex(o, "name", &n);
+    CHECK(back && n == sizeof bytes && memcmp(back, bytes, n) == 0);
+    free(back);
+    CHECK(fs_json_get_hex(o, "missing", &n) == NULL);
+    cJSON_AddNumberToObject(o, "number", 12);
+    CHECK(fs_json_get_hex(o, "number", &n) == NULL);
+    cJSON_Delete(o);
+    return CHECK_DONE();
+}
