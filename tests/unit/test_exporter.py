@@ -484,6 +484,33 @@ def test_alert_rules_pass_promtool_and_query_exported_metrics(exposed_names: set
 
 # ---- a damaged history, --sysfs-root, --listen (issue 23) -----------------------------------------
 
+def test_a_run_added_to_a_settled_store_shows_at_the_next_scrape(tmp_path: Path) -> None:
+    """The store is read again only when its files changed: a store last written long ago is kept
+    between scrapes, and a run added after that is exported at the very next scrape."""
+    from fabscope.results import parse_record
+    from fabscope.store import open_store
+
+    lat8, lat64 = (parse_record(json.loads(engine_records("--pattern", "lat", "--sizes", size, "--iters", "50")
+                                           .splitlines()[0])) for size in ("8", "64"))
+    db = tmp_path / "history.db"
+    with open_store(db) as st:
+        st.add_run("run", ["fabscope", "run"], [lat8])
+    old = time.time() - 3600
+    for f in tmp_path.glob("history.db*"):
+        os.utime(f, (old, old))  # written an hour ago: settled, so the first scrape's reading is kept
+    collector = exporter.FabscopeCollector(engine_bin(), sysfs_root=str(PMA),
+                                           results=exporter.ResultsSource([], store=db))
+    try:
+        first = exporter.render(collector).decode()
+        assert {dict(k)["size"] for k in samples(first, "fabscope_result_latency_p50_seconds")} == {"8"}
+        with open_store(db) as st:
+            st.add_run("run", ["fabscope", "run"], [lat64])
+        second = exporter.render(collector).decode()
+        assert {dict(k)["size"] for k in samples(second, "fabscope_result_latency_p50_seconds")} == {"8", "64"}
+    finally:
+        collector.snapshots.close()
+
+
 def test_a_damaged_store_never_takes_the_port_counters_down(tmp_path: Path) -> None:
     """The store's pages overwritten: every scrape still serves the port metrics, the results of the
     --results files, and names the store problem in fabscope_exporter_store_unreadable."""
@@ -549,3 +576,19 @@ def test_cli_listen_prints_the_real_url_and_explains_a_bad_value() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_values_are_written_as_prometheus_client_writes_them() -> None:
+    """The exporter formats counts itself (text.value_text); the text must be floatToGoString's."""
+    import random
+
+    from prometheus_client.utils import floatToGoString
+
+    from fabscope.exporter.text import value_text
+
+    rnd = random.Random(24)
+    values: list[float] = [*range(0, 2_000_000, 997), *(rnd.randrange(1 << 64) for _ in range(20_000)),
+                           *(rnd.randrange(1 << 54) for _ in range(20_000)), *(10**k for k in range(20)),
+                           *(10**k - 1 for k in range(1, 20)), *(5 * 10**k for k in range(20)),
+                           (1 << 53) - 1, 1 << 53, (1 << 53) + 1, 0.5, 1e-6, 3.25e9, 12.5e9, -1, -5_000_000]
+    assert [value_text(v) for v in values] == [floatToGoString(v) for v in values]

@@ -5,6 +5,7 @@ the Accept header prefers."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -137,6 +138,16 @@ def test_served_metrics_are_the_text_format_even_when_openmetrics_is_preferred()
                 time.sleep(0.1)
         assert ctype.startswith("text/plain"), ctype
         assert "# EOF" not in text and "fabscope_rdma_port_hw_stat_total{" in text
+        # Prometheus asks for gzip: the same exposition, compressed (the duration line aside).
+        req = urllib.request.Request(f"http://127.0.0.1:{port_no}/metrics", headers={"Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            assert resp.headers["Content-Encoding"] == "gzip"
+            zipped = gzip.decompress(resp.read()).decode()
+
+        def steady(t: str) -> list[str]:
+            return [line for line in t.splitlines() if not line.startswith("fabscope_exporter_scrape_duration_seconds ")]
+
+        assert steady(zipped) == steady(text)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -2,7 +2,7 @@
 
 Each scrape asks the collector's one long-lived ``fabscope-engine --counters-serve`` (the engine is the only
 counter reader; it keeps the counter files open between scrapes) for the ``--counters-json`` snapshot and
-turns it into metric families with ``prometheus_client``, served in the Prometheus text format:
+writes it in the Prometheus text format (``text``: the series' label sets formatted once, not per scrape):
 
 * every RDMA port (labels device, port, link_layer, netdev, node_guid): data bytes (IB
   ``port_{xmit,rcv}_data`` count 4-byte words; the words-to-bytes rule is the path verdict's own),
@@ -21,8 +21,8 @@ sees a bogus reset; a counter the driver resets goes down in the output too, whi
 as the reset it is, never as a negative rate.
 
 Modules: ``snapshot`` (the engine's snapshot, reading it, unwinding wraps), ``collector`` (metric
-names, help texts and families; active MTU from the inventory), ``results`` (the history store and
-report files); this one serves ``/metrics``.
+names, help texts and series; active MTU from the inventory), ``text`` (the exposition format),
+``results`` (the history store and report files); this one serves ``/metrics``.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from ..errors import EXIT_USAGE, FabscopeError
 from .collector import ActiveMtu, FabscopeCollector, iter_metric_names, render
 from .results import ResultsSource
 from .snapshot import CounterUnwrapper, counters_snapshot
+from .text import CONTENT_TYPE
 
 __all__ = [
     "DEFAULT_LISTEN",
@@ -139,11 +140,9 @@ def serve(
     engine: Path | None = None,
 ) -> int:
     """Serve /metrics until interrupted. Loopback by default, like `fabscope serve`."""
+    import gzip
     import http.server
     import socket
-
-    from prometheus_client import CollectorRegistry
-    from prometheus_client.exposition import MetricsHandler
 
     from ..control import split_hostport
     from ..engine import engine_path
@@ -168,18 +167,29 @@ def serve(
         mtu.start()
     collector = FabscopeCollector(exe, sysfs_root=sysfs_root, exclude=exclude,
                                   results=ResultsSource(list(results), store=_store_path(store)), active_mtu=mtu)
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(collector)
 
-    class TextMetricsHandler(MetricsHandler.factory(reg)):  # type: ignore[misc]
-        """The Prometheus text format whatever the Accept header prefers, as node_exporter serves it
-        by default: prometheus_client's OpenMetrics encoder takes twice as long for the same samples
-        (bench/exporter_scrape.py: ~100 ms against ~50 ms for 64 ports), and this exporter has
-        nothing OpenMetrics adds (no exemplars, no created timestamps)."""
+    class TextMetricsHandler(http.server.BaseHTTPRequestHandler):
+        """The Prometheus text format on any path, whatever the Accept header prefers, as node_exporter
+        serves it by default: nothing here needs OpenMetrics (no exemplars, no created timestamps),
+        and prometheus_client's encoders cost more than the rest of the scrape
+        (bench/exporter_scrape.py). gzip when the client accepts it, as Prometheus does."""
 
         def do_GET(self) -> None:
-            del self.headers["Accept"]
-            super().do_GET()
+            body = collector.exposition().text()
+            accepted = self.headers.get("Accept-Encoding", "").split(",")
+            gzipped = any(a.split(";")[0].strip().lower() == "gzip" for a in accepted)
+            if gzipped:
+                body = gzip.compress(body, compresslevel=1)
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE)
+            if gzipped:
+                self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet, as prometheus_client's handler is: a scrape every few seconds is not news."""
 
     class Server(http.server.ThreadingHTTPServer):
         daemon_threads = True

@@ -8,14 +8,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from functools import cached_property, partial
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
 
 from ..errors import FabscopeError
 from ..inventory import EngineInventory
@@ -32,7 +31,9 @@ from .snapshot import (
     state_code,
     unit_info,
     unit_table,
+    unwound_offset,
 )
+from .text import Exposition, series, value_text
 
 __all__ = ["INVENTORY_REFRESH_S", "VERDICTS", "ActiveMtu", "FabscopeCollector", "iter_metric_names", "render"]
 
@@ -111,66 +112,59 @@ def _help(what: str, name: str, directory: str, info: tuple[int | None, str | No
 _PORT_LABELS = ["device", "port", "link_layer", "netdev", "node_guid"]
 _NET_LABELS = ["netdev", "rdma_device"]
 _CASE_LABELS = ["host", "peer", "backend", "op", "pattern", "size", "device"]
+# label names of the series written per port, netdev and device (tuples: the series cache's keys)
+_PORT_NAMES = tuple(_PORT_LABELS)
+_PMA_NAMES = (*_PORT_LABELS, "counter")
+_INFO_NAMES = (*_PORT_LABELS, "driver", "state", "phys_state", "rate")
+_DEV_NAMES = ("device", "driver", "counter")
+_NET_NAMES = tuple(_NET_LABELS)
+_ETHTOOL_NAMES = (*_NET_LABELS, "counter")
 VERDICTS = ("verified", "misrouted", "unverifiable", "not-requested")
 
 
 _HW_HELP = ("Every driver counter of the port, raw (ports/N/hw_counters/<counter>: packets or events as the "
             "driver counts them)")
-#: Series plans kept between scrapes at most (64 ports x ~40 counters is ~2600).
-_MAX_PLANS = 100_000
+#: Port directories (counters/, hw_counters/ of one port) whose series plans are kept between scrapes
+#: at most (64 ports make 128).
+_MAX_ROWS = 4096
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class _Plan:
-    """What one counter of one RDMA port becomes, worked out at its first scrape and kept: the
-    names, help text (with the engine's unit) and label values do not change between scrapes."""
+    """What one counter of one RDMA port or netdev becomes, worked out at its first scrape and kept:
+    the names, help text (with the engine's unit) and label values do not change between scrapes."""
 
+    counter: str  # the file
     metric: str
     help: str
     label_names: list[str]
     labels: tuple[str, ...]
-    key: tuple[str, tuple[str, ...]]  # the unwrapper's series
+    key: tuple[str, tuple[str, ...]]  # the series (metric, label values)
     bits: int | None
     overflow: str | None
     scale: int
     saturated_at: int | None  # the raw value of a saturating counter at its maximum
+    # [last reading, offset (unwound wraps), its sample line]: shared with the collector's state of
+    # the series, which outlives the plan (a units table or a port directory that changed)
+    state: list[Any] = field(default_factory=lambda: [None, 0, ""])
 
     @cached_property
-    def sample(self) -> str:
-        return f"{self.metric}_total"
+    def prefix(self) -> str:
+        """The sample line up to its value: ``'NAME_total{labels} '``."""
+        return series(f"{self.metric}_total", tuple(self.label_names), self.labels)
 
-    @cached_property
-    def label_dict(self) -> dict[str, str]:
-        return dict(zip(self.label_names, self.labels, strict=True))
-
-
-_UNPLANNED = _Plan("", "", [], (), ("", ()), None, None, 1, None)
-
-
-class _Families:
-    """Metric families of one scrape, created on first use (help and labels from that first call)."""
-
-    def __init__(self) -> None:
-        self._all: dict[str, Metric] = {}
-
-    def counter(self, name: str, help_text: str | Callable[[], str], labels: list[str]) -> CounterMetricFamily:
-        """``help_text`` may be a function: it is called only when the family is created."""
-        m = self._all.get(name)
-        if m is None:
-            text = help_text() if callable(help_text) else help_text
-            m = self._all[name] = CounterMetricFamily(name, text, labels=labels)
-        assert isinstance(m, CounterMetricFamily)
-        return m
-
-    def gauge(self, name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
-        m = self._all.get(name)
-        if m is None:
-            m = self._all[name] = GaugeMetricFamily(name, help_text, labels=labels)
-        assert isinstance(m, GaugeMetricFamily)
-        return m
-
-    def all(self) -> list[Metric]:
-        return list(self._all.values())
+    def line(self, raw: object) -> str | None:
+        """The sample line of a reading (None when it is not a count), its wraps unwound against the
+        last reading. Most counters do not move between two scrapes: then it is the last line."""
+        st = self.state
+        if type(raw) is int and raw == st[0]:
+            return str(st[2])
+        v = as_count(raw)
+        if v is None:
+            return None
+        offset = st[1] if st[0] is None or v > st[0] else unwound_offset(st[0], st[1], v, self.bits, self.overflow)
+        st[:] = v, offset, f"{self.prefix}{value_text((v + offset) * self.scale)}\n"
+        return str(st[2])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,7 +232,10 @@ class FabscopeCollector(Collector):
         self.results = results or ResultsSource()
         self.unwrap = CounterUnwrapper()
         self._words = _word_bytes()
-        self._plans: dict[tuple[Any, ...], _Plan | None] = {}
+        self._plans: dict[tuple[Any, ...], list[_Plan | None]] = {}  # port or netdev directory -> its plans
+        self._rows_seen: set[tuple[Any, ...]] = set()  # the directories this scrape saw
+        self._plans_remade = False
+        self._states: dict[tuple[str, tuple[str, ...]], list[Any]] = {}  # series -> _Plan.state
         self._plans_units: object = None
         # One scrape at a time: the unwrapping state must see the readings in the order they were taken.
         self._scrape = threading.Lock()
@@ -248,51 +245,85 @@ class FabscopeCollector(Collector):
         return []
 
     def collect(self) -> Iterable[Metric]:
-        with self._scrape:
-            return self._collect()
+        """For a prometheus_client registry: the scrape's exposition read back into families (the
+        exporter itself serves :meth:`exposition`, the one place the text is made)."""
+        from prometheus_client.parser import text_string_to_metric_families
 
-    def _collect(self) -> list[Metric]:
+        return list(text_string_to_metric_families(self.exposition().text().decode()))
+
+    def exposition(self) -> Exposition:
+        """One scrape: the engine's snapshot, the ports, netdevs and results, in the text format."""
+        with self._scrape:
+            return self._scrape_once()
+
+    def _scrape_once(self) -> Exposition:
         start = time.monotonic()
-        families: list[Metric] = []
+        out = Exposition()
         error = 0
         try:
             snap = self.snapshots.snapshot()
         except (FabscopeError, ValueError) as exc:
             error = 1
             snap = {"rdma": [], "net": []}
-            families.append(_info("fabscope_exporter_last_error", "The last scrape's engine error (label: message)",
-                                  {"message": str(exc)[:300]}))
-        families += self._port_families(snap)
-        families += self._net_families(snap)
+            out.add("fabscope_exporter_last_error", "gauge", "The last scrape's engine error (label: message)",
+                    {"message": str(exc)[:300]}, 1)
+        self._ports(snap, out)
+        self._nets(snap, out)
         if not error:  # a failed snapshot saw nothing; keep the state for the next good one
             self.unwrap.forget_unseen()
-        families += self._result_families()
-        err = GaugeMetricFamily("fabscope_exporter_scrape_error", "1 when the engine's counter snapshot failed this scrape")
-        err.add_metric([], error)
-        dur = GaugeMetricFamily("fabscope_exporter_scrape_duration_seconds",
-                                "Time this scrape took, seconds (engine snapshot, conversion, results)")
-        dur.add_metric([], time.monotonic() - start)
-        return [*families, err, dur]
+            self._forget_unseen_rows()
+        self._results(out)
+        out.add("fabscope_exporter_scrape_error", "gauge", "1 when the engine's counter snapshot failed this scrape",
+                {}, error)
+        out.add("fabscope_exporter_scrape_duration_seconds", "gauge",
+                "Time this scrape took, seconds (engine snapshot, conversion, results)", {}, time.monotonic() - start)
+        return out
 
     # -- RDMA ports ---------------------------------------------------------------------------
 
-    def _plans_for(self, snap: Mapping[str, Any]) -> dict[tuple[Any, ...], _Plan | None]:
-        """The series plans, kept between scrapes while the engine's units table stays the same (a
-        bounded cache: devices that come and go do not grow it for ever)."""
+    def _plans_for(self, snap: Mapping[str, Any]) -> dict[tuple[Any, ...], list[_Plan | None]]:
+        """The series plans of each port directory (one per counter, in the snapshot's order), kept
+        between scrapes while the engine's units table stays the same (a bounded cache: devices
+        that come and go do not grow it for ever)."""
         units = snap.get("units")
-        if units != self._plans_units or len(self._plans) > _MAX_PLANS:
+        if units != self._plans_units or len(self._plans) > _MAX_ROWS:
             self._plans = {}
             self._plans_units = units
+            self._plans_remade = True
         return self._plans
 
-    def _plan(self, snap: Mapping[str, Any], labels: list[str], driver: str, directory: str, cname: str) -> _Plan | None:
+    def _row(self, key: tuple[Any, ...]) -> list[_Plan | None] | None:
+        """The plans of one port or netdev directory (None at first sight: then _new_row)."""
+        self._rows_seen.add(key)
+        return self._plans.get(key)
+
+    def _new_row(self, key: tuple[Any, ...], row: list[_Plan | None]) -> list[_Plan | None]:
+        """Keep a directory's plans; each gets its series' state (last reading, offset), which
+        survives a re-made plan."""
+        for plan in row:
+            if plan is not None:
+                plan.state = self._states.setdefault(plan.key, plan.state)
+        self._plans[key] = row
+        return row
+
+    def _forget_unseen_rows(self) -> None:
+        """End of a good scrape: directories it did not see lose their plans, and series no plan
+        holds lose their state (a device that went away starts afresh if it comes back)."""
+        if len(self._rows_seen) != len(self._plans) or self._plans_remade:  # (seen rows are kept rows)
+            self._plans = {k: v for k, v in self._plans.items() if k in self._rows_seen}
+            held = {id(p.state) for row in self._plans.values() for p in row if p is not None}
+            self._states = {k: v for k, v in self._states.items() if id(v) in held}
+            self._plans_remade = False
+        self._rows_seen = set()
+
+    def _plan(self, snap: Mapping[str, Any], labels: tuple[str, ...], driver: str, directory: str, cname: str) -> _Plan | None:
         """What one counter file of one port becomes: family, help text, labels, width, scale."""
         bits, overflow, unit = unit_info(unit_table(snap, directory, driver), cname)
         if directory == "hw_counters":
             if cname == "lifespan":
                 return None  # a setting (ms the driver caches hw counters), not a counter
             mname, lab = "fabscope_rdma_port_hw_stat", (*labels, driver, cname)
-            return _Plan(mname, _HW_HELP, [*_PORT_LABELS, "driver", "counter"], lab, (mname, lab), bits, overflow, 1, None)
+            return _Plan(cname, mname, _HW_HELP, [*_PORT_LABELS, "driver", "counter"], lab, (mname, lab), bits, overflow, 1, None)
         named = _RDMA_COUNTERS.get(cname)
         # port_*_data count 4-byte words; the engine's unit says so, the verdict's rule scales
         scale = self._words.get(cname, 1)
@@ -301,87 +332,80 @@ class FabscopeCollector(Collector):
         if named:
             mname, lab = f"fabscope_rdma_port_{named.metric}", tuple(labels)
             help_text = _help(named.what, cname, "counters/", (bits, overflow, unit), scale)
-            return _Plan(mname, help_text, _PORT_LABELS, lab, (mname, lab), bits, overflow, scale, saturated_at)
+            return _Plan(cname, mname, help_text, _PORT_LABELS, lab, (mname, lab), bits, overflow, scale, saturated_at)
         mname, lab = "fabscope_rdma_port_pma_other", (*labels, cname)
-        return _Plan(mname, "Any other port counter, raw (counters/<counter>)", [*_PORT_LABELS, "counter"], lab,
+        return _Plan(cname, mname, "Any other port counter, raw (counters/<counter>)", [*_PORT_LABELS, "counter"], lab,
                      (mname, lab), bits, overflow, scale, saturated_at)
 
-    def _port_families(self, snap: Mapping[str, Any]) -> list[Metric]:
-        plans = self._plans_for(snap)
-        fam = _Families()
-        counter, gauge = fam.counter, fam.gauge
+    def _ports(self, snap: Mapping[str, Any], out: Exposition) -> None:
+        self._plans_for(snap)
+        lines, families = out.lines, out.families
         # Declared even when empty, so dashboards and alerts always find them.
-        counter("fabscope_rdma_port_hw_stat", _HW_HELP, [*_PORT_LABELS, "driver", "counter"])
-        gauge("fabscope_rdma_port_saturated",
-              "1 when ports/N/counters/<counter> sits at its maximum: a saturated PMA counter no longer counts "
-              "(clear it: perfquery -R)",
-              [*_PORT_LABELS, "counter"])
-        gauge("fabscope_rdma_port_unreadable",
-              "1 when ports/N/counters/<counter> or hw_counters/<counter> gives no number "
-              "(iWARP ports print 'N/A (no PMA)')",
-              [*_PORT_LABELS, "counter"])
+        lines("fabscope_rdma_port_hw_stat", "counter", _HW_HELP)
+        saturated = lines("fabscope_rdma_port_saturated", "gauge",
+                          "1 when ports/N/counters/<counter> sits at its maximum: a saturated PMA counter no longer "
+                          "counts (clear it: perfquery -R)")
+        unreadable = lines("fabscope_rdma_port_unreadable", "gauge",
+                           "1 when ports/N/counters/<counter> or hw_counters/<counter> gives no number "
+                           "(iWARP ports print 'N/A (no PMA)')")
+        unwrap = self.unwrap.value
         for p in snap.get("rdma", []):
             if not isinstance(p, Mapping) or p.get("device") in self.exclude:
                 continue
             ndevs = as_list(p.get("ndevs"))
-            labels = [
+            labels = (
                 str(p.get("device", "")),
                 str(p.get("port", "")),
                 str(p.get("link_layer", "")),
                 ",".join(str(n) for n in ndevs),
                 str(p.get("node_guid", "")),
-            ]
+            )
             driver = str(p.get("driver", ""))
             port_key = (*labels, driver)
             for directory in ("counters", "hw_counters"):
                 values = p.get(directory)
                 if not isinstance(values, Mapping):
                     continue
-                for cname, raw in values.items():
-                    v = as_count(raw)
-                    if v is None:
+                names = tuple(values)
+                key = (port_key, directory, names)
+                row = self._row(key) or self._new_row(
+                    key, [self._plan(snap, labels, driver, directory, cname) for cname in names])
+                for plan, raw in zip(row, values.values(), strict=True):
+                    if plan is None or (line := plan.line(raw)) is None:
                         continue
-                    plan = plans.get((port_key, directory, cname), _UNPLANNED)
-                    if plan is _UNPLANNED:
-                        plan = plans[(port_key, directory, cname)] = self._plan(snap, labels, driver, directory, cname)
-                    if plan is None:
-                        continue
-                    value = self.unwrap.value(plan.key, v, plan.bits, plan.overflow) * plan.scale
-                    # What add_metric appends, with the label dict built once per series, not per scrape.
-                    counter(plan.metric, plan.help, plan.label_names).samples.append(
-                        Sample(plan.sample, plan.label_dict, value))
-                    if v == plan.saturated_at:
-                        gauge("fabscope_rdma_port_saturated", "", []).add_metric([*labels, cname], 1)
+                    (families.get(plan.metric) or lines(plan.metric, "counter", plan.help)).append(line)
+                    if raw == plan.saturated_at:
+                        saturated.append(
+                            series("fabscope_rdma_port_saturated", _PMA_NAMES, (*labels, plan.counter)) + "1.0\n")
             for cname in as_list(p.get("unreadable")):
-                gauge("fabscope_rdma_port_unreadable", "", []).add_metric([*labels, str(cname)], 1)
+                unreadable.append(series("fabscope_rdma_port_unreadable", _PMA_NAMES, (*labels, str(cname))) + "1.0\n")
             state = state_code(p.get("state"))
             if state is not None:
-                gauge("fabscope_rdma_port_state", "Port state (ports/N/state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE; a code)",
-                      _PORT_LABELS).add_metric(labels, state)
+                self._port_gauge(out, "fabscope_rdma_port_state",
+                                 "Port state (ports/N/state: 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE; a code)", labels, state)
             phys = state_code(p.get("phys_state"))
             if phys is not None:
-                gauge("fabscope_rdma_port_phys_state",
-                      "Physical state (ports/N/phys_state: 2 Polling, 3 Disabled, 5 LinkUp, 6 LinkErrorRecovery; a code)",
-                      _PORT_LABELS).add_metric(labels, phys)
+                self._port_gauge(out, "fabscope_rdma_port_phys_state",
+                                 "Physical state (ports/N/phys_state: 2 Polling, 3 Disabled, 5 LinkUp, 6 "
+                                 "LinkErrorRecovery; a code)", labels, phys)
             rate = rate_bytes(p.get("rate"))
             if rate is not None:
-                gauge("fabscope_rdma_port_rate_bytes_per_second",
-                      "Link rate, bytes per second (ports/N/rate: Gb/sec, x 10^9 / 8 here)", _PORT_LABELS).add_metric(
-                          labels, rate)
+                self._port_gauge(out, "fabscope_rdma_port_rate_bytes_per_second",
+                                 "Link rate, bytes per second (ports/N/rate: Gb/sec, x 10^9 / 8 here)", labels, rate)
             mtu = mtu_text(p.get("active_mtu"))
             if mtu is None and self.active_mtu is not None:
                 mtu = self.active_mtu.get(labels[0], labels[1])
             if mtu is not None:
-                gauge("fabscope_rdma_port_active_mtu_bytes",
-                      "Active MTU, bytes (ports/N/active_mtu where sysfs has it, else ibv_query_port via the "
-                      "engine's --inventory-json)", _PORT_LABELS).add_metric(labels, mtu)
-            gauge("fabscope_rdma_port_info",
-                  "1 per RDMA port; the labels carry ports/N/state, phys_state and rate as the kernel prints them",
-                  [*_PORT_LABELS, "driver", "state", "phys_state", "rate"]).add_metric(
-                [*labels, str(p.get("driver", "")), str(p.get("state", "")), str(p.get("phys_state", "")),
-                 str(p.get("rate", ""))], 1)
-        dev_help = "Device-wide driver counter, raw (class/infiniband/<device>/hw_counters/<counter>: packets or events)"
-        counter("fabscope_rdma_device_hw_stat", dev_help, ["device", "driver", "counter"])
+                self._port_gauge(out, "fabscope_rdma_port_active_mtu_bytes",
+                                 "Active MTU, bytes (ports/N/active_mtu where sysfs has it, else ibv_query_port via the "
+                                 "engine's --inventory-json)", labels, mtu)
+            info = (*labels, driver, str(p.get("state", "")), str(p.get("phys_state", "")), str(p.get("rate", "")))
+            lines("fabscope_rdma_port_info", "gauge",
+                  "1 per RDMA port; the labels carry ports/N/state, phys_state and rate as the kernel prints them").append(
+                series("fabscope_rdma_port_info", _INFO_NAMES, info) + "1.0\n")
+        dev_lines = lines("fabscope_rdma_device_hw_stat",
+                          "counter", "Device-wide driver counter, raw (class/infiniband/<device>/hw_counters/<counter>: "
+                          "packets or events)")
         for d in snap.get("rdma_devices", []):
             if not isinstance(d, Mapping) or d.get("device") in self.exclude:
                 continue
@@ -391,121 +415,123 @@ class FabscopeCollector(Collector):
                 v = as_count(raw)
                 if v is None or cname == "lifespan":
                     continue
-                lab = [str(d.get("device", "")), driver, cname]
+                lab = (str(d.get("device", "")), driver, cname)
                 bits, overflow, _unit = unit_info(units, cname)
-                value = self.unwrap.value(("fabscope_rdma_device_hw_stat", tuple(lab)), v, bits, overflow)
-                counter("fabscope_rdma_device_hw_stat", dev_help, []).add_metric(lab, value)
-        return fam.all()
+                value = unwrap(("fabscope_rdma_device_hw_stat", lab), v, bits, overflow)
+                dev_lines.append(series("fabscope_rdma_device_hw_stat_total", _DEV_NAMES, lab) + value_text(value) + "\n")
+
+    @staticmethod
+    def _port_gauge(out: Exposition, name: str, help_text: str, labels: tuple[str, ...], value: float) -> None:
+        out.lines(name, "gauge", help_text).append(series(name, _PORT_NAMES, labels) + value_text(value) + "\n")
 
     # -- netdevs ------------------------------------------------------------------------------
 
-    def _net_families(self, snap: Mapping[str, Any]) -> list[Metric]:
+    def _nets(self, snap: Mapping[str, Any], out: Exposition) -> None:
         backs: dict[str, str] = {}
         for p in snap.get("rdma", []):
             if isinstance(p, Mapping) and isinstance(p.get("ndevs"), list):
                 for n in p["ndevs"]:
                     backs.setdefault(str(n), f"{p.get('device')}/{p.get('port')}")
-        fam = _Families()
-        counter, gauge = fam.counter, fam.gauge
-        ethtool_help = ("Pause/PFC/ECN/CNP entries of the driver's statistics, raw (ethtool -S <netdev>: frames or "
-                        "packets as the driver counts them)")
-        counter("fabscope_netdev_ethtool", ethtool_help, [*_NET_LABELS, "counter"])
+        lines = out.lines
+        unwrap = self.unwrap.value
+        ethtool_lines = lines("fabscope_netdev_ethtool", "counter",
+                              "Pause/PFC/ECN/CNP entries of the driver's statistics, raw (ethtool -S <netdev>: frames "
+                              "or packets as the driver counts them)")
         net_units = unit_table(snap, "statistics", "")
+        self._plans_for(snap)
+        families = out.families
         for n in snap.get("net", []):
             if not isinstance(n, Mapping) or n.get("name") in self.exclude:
                 continue
             name = str(n.get("name", ""))
-            labels = [name, backs.get(name, "")]
+            labels = (name, backs.get(name, ""))
             stats = as_mapping(n.get("statistics"))
             # bytes, packets, errors, drops; the finer statistics/ files stay in --counters-json
-            for sname, named in _NET_STATS.items():
-                v = as_count(stats.get(sname))
-                if v is None:
+            row = self._row(("statistics", labels)) or self._new_row(
+                ("statistics", labels), [_net_plan(net_units, labels, sname) for sname in _NET_STATS])
+            for plan in row:
+                if plan is None or (line := plan.line(stats.get(plan.counter))) is None:
                     continue
-                bits, overflow, unit = unit_info(net_units, sname)
-                mname = f"fabscope_netdev_{named.metric}"
-                value = self.unwrap.value((mname, tuple(labels)), v, bits, overflow)
-                help_text = partial(_help, named.what, sname, "statistics/", (bits, overflow, unit))
-                counter(mname, help_text, _NET_LABELS).add_metric(labels, value)
+                (families.get(plan.metric) or lines(plan.metric, "counter", plan.help)).append(line)
             ethtool = as_mapping(n.get("ethtool"))
             for ename, raw in sorted(ethtool.items()):
                 v = as_count(raw)
                 if v is None:
                     continue
-                lab = [*labels, str(ename)]
-                mname = "fabscope_netdev_ethtool"
-                counter(mname, ethtool_help, []).add_metric(lab, self.unwrap.value((mname, tuple(lab)), v, None, None))
+                lab = (*labels, str(ename))
+                value = unwrap(("fabscope_netdev_ethtool", lab), v, None, None)
+                ethtool_lines.append(series("fabscope_netdev_ethtool_total", _ETHTOOL_NAMES, lab) + value_text(value) + "\n")
             if "operstate" in n:
-                gauge("fabscope_netdev_up", "1 when the netdev is up (class/net/<netdev>/operstate)", _NET_LABELS).add_metric(
-                    labels, 1 if n.get("operstate") == "up" else 0)
+                self._net_gauge(out, "fabscope_netdev_up", "1 when the netdev is up (class/net/<netdev>/operstate)",
+                                labels, 1 if n.get("operstate") == "up" else 0)
             mtu = int_text(n.get("mtu"))
             if mtu is not None:
-                gauge("fabscope_netdev_mtu_bytes", "MTU, bytes (class/net/<netdev>/mtu)", _NET_LABELS).add_metric(labels, mtu)
+                self._net_gauge(out, "fabscope_netdev_mtu_bytes", "MTU, bytes (class/net/<netdev>/mtu)", labels, mtu)
             speed = int_text(n.get("speed"))
             if speed is not None and speed > 0:
-                gauge("fabscope_netdev_speed_bytes_per_second",
-                      "Link speed, bytes per second (class/net/<netdev>/speed: Mb/s, x 10^6 / 8 here)",
-                      _NET_LABELS).add_metric(labels, speed * 1e6 / 8)
-        return fam.all()
+                self._net_gauge(out, "fabscope_netdev_speed_bytes_per_second",
+                                "Link speed, bytes per second (class/net/<netdev>/speed: Mb/s, x 10^6 / 8 here)",
+                                labels, speed * 1e6 / 8)
+
+    @staticmethod
+    def _net_gauge(out: Exposition, name: str, help_text: str, labels: tuple[str, ...], value: float) -> None:
+        out.lines(name, "gauge", help_text).append(series(name, _NET_NAMES, labels) + value_text(value) + "\n")
 
     # -- results ------------------------------------------------------------------------------
 
-    def _result_families(self) -> list[Metric]:
-        p50 = GaugeMetricFamily("fabscope_result_latency_p50_seconds",
-                                "Latest measured median latency of the case (record latency_us.p50), seconds",
-                                labels=_CASE_LABELS)
-        p99 = GaugeMetricFamily("fabscope_result_latency_p99_seconds",
-                                "Latest measured 99th percentile latency of the case (record latency_us.p99), seconds",
-                                labels=_CASE_LABELS)
-        bw = GaugeMetricFamily("fabscope_result_bandwidth_bytes_per_second",
-                               "Latest measured bandwidth of the case at the receiver (record bandwidth_gbps), bytes per second",
-                               labels=_CASE_LABELS)
-        verdict = GaugeMetricFamily("fabscope_result_path_verdict",
-                                    "1 for the latest path verdict of the case, 0 for the others (record path.verdict)",
-                                    labels=[*_CASE_LABELS, "verdict"])
+    def _results(self, out: Exposition) -> None:
+        def family(name: str, help_text: str) -> Callable[[tuple[str, ...], float], None]:
+            lines = out.lines(name, "gauge", help_text)
+            names = (*_CASE_LABELS, "verdict") if name == "fabscope_result_path_verdict" else tuple(_CASE_LABELS)
+            return lambda labels, value: lines.append(series(name, names, labels) + value_text(value) + "\n")
+
+        p50 = family("fabscope_result_latency_p50_seconds",
+                     "Latest measured median latency of the case (record latency_us.p50), seconds")
+        p99 = family("fabscope_result_latency_p99_seconds",
+                     "Latest measured 99th percentile latency of the case (record latency_us.p99), seconds")
+        bw = family("fabscope_result_bandwidth_bytes_per_second",
+                    "Latest measured bandwidth of the case at the receiver (record bandwidth_gbps), bytes per second")
+        verdict = family("fabscope_result_path_verdict",
+                         "1 for the latest path verdict of the case, 0 for the others (record path.verdict)")
         for key, rec in sorted(self.results.latest().items()):
-            labels = list(key)
             if rec.latency:
-                p50.add_metric(labels, rec.latency.p50 * 1e-6)
-                p99.add_metric(labels, rec.latency.p99 * 1e-6)
+                p50(key, rec.latency.p50 * 1e-6)
+                p99(key, rec.latency.p99 * 1e-6)
             if rec.bandwidth and rec.bandwidth.gbps is not None:
-                bw.add_metric(labels, rec.bandwidth.gbps * 1e9 / 8)
+                bw(key, rec.bandwidth.gbps * 1e9 / 8)
             seen = rec.path.verdict
             for v in (*VERDICTS, *([seen] if seen not in VERDICTS else [])):
-                verdict.add_metric([*labels, v], 1 if v == seen else 0)
-        finding = GaugeMetricFamily("fabscope_matrix_finding",
-                                    "1 per finding of the newest fabric matrix run (kind node, link or misrouted)",
-                                    labels=["kind", "hosts", "summary"])
+                verdict((*key, v), 1 if v == seen else 0)
+        finding = out.lines("fabscope_matrix_finding",
+                            "gauge", "1 per finding of the newest fabric matrix run (kind node, link or misrouted)")
         for f in self.results.findings():
-            finding.add_metric([str(f.get("kind", "")), ",".join(str(h) for h in as_list(f.get("hosts"))),
-                                str(f.get("summary", ""))[:200]], 1)
-        bad = GaugeMetricFamily("fabscope_exporter_results_unreadable",
-                                "1 per --results file that could not be read at this scrape (label: why)",
-                                labels=["file", "error"])
+            labels = (str(f.get("kind", "")), ",".join(str(h) for h in as_list(f.get("hosts"))),
+                      str(f.get("summary", ""))[:200])
+            finding.append(series("fabscope_matrix_finding", ("kind", "hosts", "summary"), labels) + "1.0\n")
+        bad = out.lines("fabscope_exporter_results_unreadable", "gauge",
+                        "1 per --results file that could not be read at this scrape (label: why)")
         for name, why in sorted(self.results.errors.items()):
-            bad.add_metric([name, why[:200]], 1)
-        store = GaugeMetricFamily("fabscope_exporter_store_unreadable",
-                                  "1 when the history store (--store) could not be read at this scrape (damaged, "
-                                  "missing, not a store; label: why); the port metrics are served regardless",
-                                  labels=["store", "error"])
+            bad.append(series("fabscope_exporter_results_unreadable", ("file", "error"), (name, why[:200])) + "1.0\n")
+        store = out.lines("fabscope_exporter_store_unreadable", "gauge",
+                          "1 when the history store (--store) could not be read at this scrape (damaged, "
+                          "missing, not a store; label: why); the port metrics are served regardless")
         if self.results.store is not None and self.results.store_error is not None:
-            store.add_metric([str(self.results.store), self.results.store_error[:200]], 1)
-        return [p50, p99, bw, verdict, finding, bad, store]
+            store.append(series("fabscope_exporter_store_unreadable", ("store", "error"),
+                                (str(self.results.store), self.results.store_error[:200])) + "1.0\n")
 
 
-def _info(name: str, help_text: str, labels: Mapping[str, str]) -> Metric:
-    g = GaugeMetricFamily(name, help_text, labels=list(labels))
-    g.add_metric(list(labels.values()), 1)
-    return g
+def _net_plan(units: Mapping[str, Any], labels: tuple[str, ...], sname: str) -> _Plan:
+    """What one statistics/ file of one netdev becomes (the _Plan of a port counter, for a netdev)."""
+    named = _NET_STATS[sname]
+    bits, overflow, unit = unit_info(units, sname)
+    mname = f"fabscope_netdev_{named.metric}"
+    return _Plan(sname, mname, _help(named.what, sname, "statistics/", (bits, overflow, unit)), _NET_LABELS, labels,
+                 (mname, labels), bits, overflow, 1, None)
 
 
 def render(collector: FabscopeCollector) -> bytes:
     """The Prometheus text exposition of one scrape."""
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(collector)
-    return generate_latest(reg)
+    return collector.exposition().text()
 
 
 def iter_metric_names(text: str) -> Iterator[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,10 @@ __all__ = ["STORE_RUNS", "ResultsSource", "case_labels"]
 
 #: How many of the store's newest runs a scrape reads the latest results from.
 STORE_RUNS = 20
+#: A store written less than this long before a reading began is read again at the next scrape: file
+#: times move in clock ticks (1-10 ms), so a second write in the same tick as the first, leaving the
+#: same size, would otherwise look like no write at all.
+_SETTLED_S = 1.0
 
 
 @dataclass
@@ -35,6 +40,8 @@ class ResultsSource:
     _cache: dict[Path, tuple[float, list[Result], list[dict[str, Any]]]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # --results file -> why it did not read
     store_error: str | None = None  # why the store did not read at the last scrape
+    # the last good reading of the store and what its files looked like then (see _store_stamp)
+    _stored_cache: tuple[tuple[object, ...], list[tuple[float, Result]]] | None = None
 
     def latest(self) -> dict[tuple[str, ...], Result]:
         cases: dict[tuple[str, ...], tuple[float, Result]] = {}
@@ -53,10 +60,16 @@ class ResultsSource:
         return {k: v[1] for k, v in cases.items()}
 
     def _stored(self) -> list[tuple[float, Result]]:
-        """(run start + arrival order, result) of the newest runs in the store. Opened per scrape:
-        scrapes come on the HTTP server's threads, and a sqlite3 connection belongs to one."""
+        """(run start + arrival order, result) of the newest runs in the store. Read again only when
+        its files changed since the last good reading (reading and parsing 20 runs was a fifth of a
+        64-port scrape); opened for that reading only: scrapes come on the HTTP server's threads,
+        and a sqlite3 connection belongs to one."""
         if self.store is None:
             return []
+        stamp = _store_stamp(self.store)
+        if stamp is not None and self._stored_cache is not None and self._stored_cache[0] == stamp:
+            return self._stored_cache[1]  # not written since: the same runs (a store only changes by writes)
+        began = time.time()
         from datetime import datetime
 
         from ..store import open_store
@@ -71,8 +84,11 @@ class ResultsSource:
             # A damaged or vanished history never takes the port counters down with it: the scrape
             # goes on without the stored results, and fabscope_exporter_store_unreadable says why.
             self.store_error = exc.message if isinstance(exc, FabscopeError) else str(exc)
+            self._stored_cache = None
             return []
         self.store_error = None
+        settled = stamp is not None and began - max(s[2] for s in stamp if s is not None) / 1e9 >= _SETTLED_S
+        self._stored_cache = (stamp, out) if stamp is not None and settled else None
         return out
 
     def findings(self) -> list[Mapping[str, Any]]:
@@ -104,6 +120,25 @@ class ResultsSource:
         self.errors.pop(str(f), None)
         self._cache[f] = (mtime, recs, runs)
         return self._cache[f]
+
+
+def _store_stamp(store: Path) -> tuple[tuple[int, int, int] | None, ...] | None:
+    """(inode, size, mtime in ns) of the store and of its write-ahead log (None while it has none):
+    every write changes one of them (a commit appends to the log; a checkpoint writes the file).
+    None when the store cannot be looked at: it is read, and its error reported, every scrape."""
+    out: list[tuple[int, int, int] | None] = []
+    for f in (store, store.with_name(store.name + "-wal")):
+        try:
+            st = f.stat()
+        except FileNotFoundError:
+            if f == store:
+                return None
+            out.append(None)
+            continue
+        except OSError:
+            return None
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
 
 
 def _documents(text: str) -> list[dict[str, Any]]:

@@ -31,6 +31,7 @@ __all__ = [
     "state_code",
     "unit_info",
     "unit_table",
+    "unwound_offset",
 ]
 
 U32 = 1 << 32
@@ -42,6 +43,15 @@ _RATE_RE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
 # ---------------------------------------------------------------------------------------------
 # unwrapping 32-bit counters between scrapes
 # ---------------------------------------------------------------------------------------------
+
+
+def unwound_offset(last: int, offset: int, raw: int, bits: int | None, overflow: str | None) -> int:
+    """What to add to ``raw``, a series' new reading, given its previous reading and offset: one more
+    2^32 after a wrap, nothing after a reset. The rule for every series; CounterUnwrapper keeps the
+    state by series name, the collector's port and netdev plans keep their own."""
+    if raw >= last:
+        return offset
+    return offset + U32 if wrapped_at_32(last, raw, bits, overflow) else 0
 
 
 class CounterUnwrapper:
@@ -58,17 +68,15 @@ class CounterUnwrapper:
         self._seen: set[tuple[str, tuple[str, ...]]] = set()
 
     def value(self, key: tuple[str, tuple[str, ...]], raw: int, bits: int | None, overflow: str | None) -> int:
+        self._seen.add(key)
         prev = self._state.get(key)
         offset = 0
         if prev is not None:
             last, offset = prev
-            if raw < last:
-                if wrapped_at_32(last, raw, bits, overflow):
-                    offset += U32
-                else:
-                    offset = 0
+            if raw == last:  # most counters between two scrapes: nothing to store
+                return raw + offset
+            offset = unwound_offset(last, offset, raw, bits, overflow)
         self._state[key] = (raw, offset)
-        self._seen.add(key)
         return raw + offset
 
     def forget_unseen(self) -> None:
