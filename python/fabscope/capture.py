@@ -36,8 +36,10 @@ _SETTLE_S = 60.0
 _QUIET_S = 2.0
 ROCE_V2_PORT = 4791
 _RDMA_BACKENDS = {"verbs", "rsocket"}
+# One tshark pass reads every field the summary needs, the connection manager's MAD fields included
+# (tshark's start-up is most of its cost: seconds per call inside an emulated guest).
 _FIELDS = ("infiniband.bth.opcode", "frame.len", "infiniband.bth.destqp", "infiniband.bth.psn",
-           "infiniband.aeth.syndrome")
+           "infiniband.aeth.syndrome", "infiniband.mad.mgmtclass", "infiniband.mad.attributeid")
 
 
 def netdev_for(device: str | None, sysfs: str = "/sys") -> str | None:
@@ -178,7 +180,18 @@ def _tshark() -> str:
 
 
 def _opcode_names(tshark: str) -> dict[int, str]:
-    """Wireshark's own names of the BTH opcodes (``tshark -G values``)."""
+    """Wireshark's own names of the BTH opcodes (``tshark -G values``), kept per tshark binary in the
+    user's cache (``$XDG_CACHE_HOME/fabscope``): the table is a fact of that binary, and listing it
+    costs a whole tshark start-up per capture otherwise."""
+    import json
+
+    st = os.stat(tshark)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fabscope" / \
+        f"bth-opcodes-{st.st_ino}-{st.st_size}-{st.st_mtime_ns}.json"
+    try:
+        return {int(k): str(v) for k, v in json.loads(cache.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        pass
     out = subprocess.run([tshark, "-G", "values"], capture_output=True, text=True, timeout=120, check=False)
     names: dict[int, str] = {}
     for line in out.stdout.splitlines():
@@ -188,6 +201,14 @@ def _opcode_names(tshark: str) -> dict[int, str]:
                 names[int(parts[2], 0)] = parts[3]
             except ValueError:
                 continue
+    if names:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(names))
+            tmp.replace(cache)
+        except OSError:
+            pass  # an unwritable cache costs the next capture a tshark start-up, nothing else
     return names
 
 
@@ -210,12 +231,12 @@ def summarise(path: Path, timeout_s: float = 600.0) -> dict[str, Any]:
     gaps = repeats = 0
     naks: dict[str, int] = {}
     responder = _Responder()
-    to_qp1 = False
+    cm = _CmExchange()
     for line in out.stdout.splitlines():
         cols = line.split("\t")
         if len(cols) < len(_FIELDS) or not cols[0]:
             continue
-        op, flen, qp, psn, syndrome = (c.strip() for c in cols[: len(_FIELDS)])
+        op, flen, qp, psn, syndrome, mgmt_class, attribute = (c.strip() for c in cols[: len(_FIELDS)])
         code = int(op, 0)
         row = per_opcode.setdefault(code, {"packets": 0, "bytes": 0})
         row["packets"] += 1
@@ -223,7 +244,8 @@ def summarise(path: Path, timeout_s: float = 600.0) -> dict[str, Any]:
         if syndrome and (int(syndrome, 0) >> 5) == 3:  # AETH syndrome 011xxxxx: NAK (IBTA 9.7.5.2.9)
             key = names.get(code, str(code)) + f" syndrome {syndrome}"
             naks[key] = naks.get(key, 0) + 1
-        to_qp1 = to_qp1 or (bool(qp) and int(qp, 0) == 1)
+        if qp and int(qp, 0) == 1:
+            cm.packet(mgmt_class, attribute)
         if not qp or not psn or _is_response(names.get(code, "")) or code >> 5 not in (0, 1):
             continue  # only RC and UC requests carry a sequence (UD's PSNs, CNPs: none to follow)
         p = int(psn, 0)
@@ -248,11 +270,8 @@ def summarise(path: Path, timeout_s: float = 600.0) -> dict[str, Any]:
         "sequence": responder.result(),
     }
     summary["per_message"] = per_message(summary["opcodes"])
-    if to_qp1:
-        try:
-            summary["cm"] = cm_exchange(tshark, path, timeout_s)
-        except FabscopeError as exc:
-            summary["cm"] = {"error": str(exc)}
+    if cm.seen:
+        summary["cm"] = cm.result()
     return summary
 
 
@@ -313,32 +332,27 @@ class _Responder:
 CM_CLASS = 0x07
 CM_ATTRIBUTES = {0x0010: "REQ", 0x0011: "MRA", 0x0012: "REJ", 0x0013: "REP", 0x0014: "RTU", 0x0015: "DREQ",
                  0x0016: "DREP", 0x0017: "SIDR_REQ", 0x0018: "SIDR_REP", 0x0019: "LAP", 0x001A: "APR"}
-_CM_FIELDS = ("infiniband.mad.mgmtclass", "infiniband.mad.attributeid")
+class _CmExchange:
+    """The connection manager's MADs (UD to QP1, RoCE v2's CM over UDP 4791): how many of each, and
+    the order of the first ones (REQ, REP, RTU for an rdma_cm connect)."""
 
+    def __init__(self) -> None:
+        self.seen = False
+        self.counts: dict[str, int] = {}
+        self.order: list[str] = []
 
-def cm_exchange(tshark: str, path: Path, timeout_s: float) -> dict[str, Any]:
-    """The connection manager's MADs (UD to QP1, RoCE v2's CM over UDP 4791), decoded by tshark: how
-    many of each, and the order of the first ones (REQ, REP, RTU for an rdma_cm connect)."""
-    argv = [tshark, "-r", str(path), "-n", "-Y", "infiniband.bth.destqp == 1", "-T", "fields",
-            "-E", "separator=/t", "-E", "occurrence=f"]
-    for f in _CM_FIELDS:
-        argv += ["-e", f]
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
-    if out.returncode != 0:
-        raise FabscopeError(f"--capture: tshark could not decode the CM MADs of {path}: {out.stderr.strip()[:300]}",
-                            EXIT_MEASURE)
-    counts: dict[str, int] = {}
-    order: list[str] = []
-    for line in out.stdout.splitlines():
-        cols = line.split("\t")
-        if len(cols) < 2 or not cols[1].strip() or not cols[0].strip() or int(cols[0].strip(), 0) != CM_CLASS:
-            continue
-        attr = int(cols[1].strip(), 0)
+    def packet(self, mgmt_class: str, attribute: str) -> None:
+        self.seen = True
+        if not mgmt_class or not attribute or int(mgmt_class, 0) != CM_CLASS:
+            return
+        attr = int(attribute, 0)
         name = CM_ATTRIBUTES.get(attr, f"attribute {attr:#06x}")
-        counts[name] = counts.get(name, 0) + 1
-        if len(order) < 16:
-            order.append(name)
-    return {"messages": counts, "order": order}
+        self.counts[name] = self.counts.get(name, 0) + 1
+        if len(self.order) < 16:
+            self.order.append(name)
+
+    def result(self) -> dict[str, Any]:
+        return {"messages": self.counts, "order": self.order}
 
 
 def _is_response(name: str) -> bool:
