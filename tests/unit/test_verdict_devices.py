@@ -79,3 +79,22 @@ def test_without_the_engine_s_per_device_counts_the_devices_are_judged_together(
         _move_rail(rec["counters"][side], "eth1", "eth0", "net")
         _move_rail(rec["counters"][side], "rxe1/1", "rxe0/1", "rdma")
     assert verdict(rec)["verdict"] == "verified"  # a UCX_NET_DEVICES list: any split is fine
+
+
+SLOW_RAIL = RECORD.with_name("softroce-verbs-write-bw-slow-rail.jsonl")
+
+
+def test_a_slow_rail_is_held_to_its_own_share_of_the_payload() -> None:
+    """rxe1 (its link shaped to 10 Mbit/s) completed 14 % of the operations: it sent too few packets
+    for the WHOLE payload, but enough for its share. Held to the whole payload, its netdev's bytes
+    were dropped, rxe0's alone were 0.887 of the payload, and the run was called unverifiable."""
+    rec: dict[str, Any] = json.loads(SLOW_RAIL.read_text().splitlines()[0])
+    assert rec["path"]["verdict"] == "unverifiable"  # as the old front end judged it
+    shares = device_shares(rec)
+    assert shares is not None and 0.1 < shares["rxe1"] < 0.2
+    got = verdict(rec)
+    assert got["verdict"] == "verified", got["reason"]
+    for side in ("local", "peer"):
+        requested = got["sides"][side]["requested"]
+        assert {"eth0", "eth1"} <= set(requested["counted_by"]), requested
+        assert requested["of_expected"] > 1.0  # both rails' bytes, headers included
