@@ -1,6 +1,6 @@
 """A relay between `fabscope run` and a keyed `fabscope serve`, frame by frame, as anyone on the
 control path could be. Standard library only (plus the MAC length), so the Soft-RoCE guests run
-the same file (tests/softroce/test_rsocket_capture.py ships it into the client guest).
+the same file (tests/softroce/cm_stranger.py imports it from the repository mounted in the client guest).
 
 Frames before the welcome (the client's hello; the serve's hello and welcome) have no MAC; every
 later one has 32 bytes of MAC after its body.
@@ -31,7 +31,8 @@ def _exact(sock: socket.socket, n: int) -> bytes:
     return out
 
 
-def _shut_both(*socks: socket.socket) -> None:
+def shut_both(*socks: socket.socket) -> None:
+    """Ends a relayed stream in both directions (for the relays the serve tests put on the path)."""
     for s in socks:
         try:
             s.shutdown(socket.SHUT_RDWR)
@@ -69,7 +70,7 @@ class FrameRelay:
         except (EOFError, OSError, StopIteration):
             pass
         finally:
-            _shut_both(dst, src)
+            shut_both(dst, src)
 
     def _run(self) -> None:
         self.lsock.settimeout(120)

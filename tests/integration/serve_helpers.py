@@ -105,12 +105,3 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise AssertionError("no VmRSS")
-
-
-def shut_both(*socks: socket.socket) -> None:
-    """Ends a relayed stream in both directions (for the relays the serve tests put on the path)."""
-    for s in socks:
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass

@@ -20,7 +20,7 @@ import threading
 import time
 
 from engine_pair import engine_path
-from serve_helpers import shut_both
+from frame_relay import shut_both
 
 # The server's no-progress deadline: long enough that a loaded 2-CPU machine does not trip it during
 # the set-up, short enough for a quick test.
