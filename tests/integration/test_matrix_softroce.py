@@ -50,7 +50,8 @@ def test_verbs_matrix_between_two_softroce_guests(tmp_path: Path) -> None:
     assert {(p["src_host"], p["dst_host"], p["matrix"]["pattern"]) for p in pairs} == {
         (a, b, pat) for a, b in (("client", "server"), ("server", "client")) for pat in ("lat", "bw")}, log[-3000:]
     for p in pairs:
-        assert "error" not in p["matrix"] and p["backend"] == "verbs" and p["status"] == "ok", p["matrix"]
+        assert "error" not in p["matrix"] and p["backend"] == "verbs" and p["status"] == "ok", (
+            p["matrix"].get("error"), p["status"], log[-3000:])
         assert p["path"]["requested"] == "rxe0" and p["path"]["verdict"] == "verified", p["path"]
         assert {side["host"] for side in p["path"]["sides"].values()} == {"client", "server"}
     lat = [p for p in pairs if p["matrix"]["pattern"] == "lat"]

@@ -5,6 +5,7 @@ and an engine's stderr note reaches the user even when the run succeeded."""
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 
@@ -45,3 +46,28 @@ def test_a_note_on_stderr_of_a_successful_engine_is_kept() -> None:
                             timeout_s=1, on_record=None)
     assert outcome.exit_code == 0 and outcome.error is None
     assert outcome.notes == [note]
+
+
+RECORD = Path(__file__).parent.parent / "fixtures" / "records" / "mpi-openmpi-lat-ucxnetdev.jsonl"
+FINALIZE_NOTE = ("rank 1: MPI_Finalize did not return within 5 s after the measurement ended (the MPI library's "
+                 "shutdown waited on its peer); the results printed are complete; exiting without it")
+
+
+def _launcher_that_failed(note: str, record: bool = True) -> list[str]:
+    """What mpiexec (hydra) did in CI: the records came, a rank left finalize, the job exited 143."""
+    show = f"head -n 1 {RECORD}; " if record else ""
+    return ["sh", "-c", f"{show}echo {shlex.quote('fabscope-engine-mpi: note: ' + note)} >&2; exit 143"]
+
+
+def test_a_launcher_failing_a_job_whose_rank_left_finalize_at_its_deadline_keeps_the_run() -> None:
+    outcome = stream_client(_launcher_that_failed(FINALIZE_NOTE), timeout_s=1, on_record=None)
+    assert outcome.exit_code == 0 and outcome.error is None and len(outcome.records) == 1
+    assert outcome.notes[0] == FINALIZE_NOTE
+    assert "the launcher exited with 143" in outcome.notes[-1]
+
+
+def test_a_launcher_failure_without_the_finalize_note_or_without_results_fails_the_run() -> None:
+    other = stream_client(_launcher_that_failed("rank 1: something else"), timeout_s=1, on_record=None)
+    assert other.exit_code == 143 and other.error
+    nothing = stream_client(_launcher_that_failed(FINALIZE_NOTE, record=False), timeout_s=1, on_record=None)
+    assert nothing.exit_code == 143 and nothing.error

@@ -86,6 +86,10 @@ struct fs_backend_ops {
     /* Optional: a warmup or measured phase starts (both sides); per-phase counters the backend
      * reports in describe() (e.g. verbs' per-QP "flows") restart here. */
     void (*phase_begin)(void *be);
+    /* Optional: a phase has ended on this side; reap what it left in flight (a ping-pong does not
+     * wait for its own send completions), within the run's deadline, so that describe() counts
+     * every operation of the phase. Runs after the clock stopped: it costs the figures nothing. */
+    int (*settle)(void *be, struct fs_err *err);
 };
 
 /* Checks abi, name and hooks; a backend that fails is refused at startup, loudly. */

@@ -584,6 +584,8 @@ int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs
         rc = stream(r, size, 1, active, n_max, t_max, v, err);
     cpu_mark(v, 1);
     v->control_polls = r->hk_passes;
+    if (!rc && r->bops->settle)
+        rc = r->bops->settle(r->be, err);
     if (rc && !r->ctl_failed)
         add_peer_reason(r, err);
     return rc;

@@ -82,16 +82,13 @@ int vb_post_recvs(struct vb *v, struct vb_qp *q, int qi, uint32_t n, struct fs_e
 
 /* ---- per size ------------------------------------------------------------------------------- */
 
-int vb_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
+/* A ping-pong does not wait for its own send completions, and with --cq-mod it may end on an
+ * unsignaled run: both are settled when a phase ends (the per-device and per-QP counts then hold
+ * every operation: a two-device ping-pong counted 199 on one device and 200 on the other when the
+ * last write's completion was still in the queue), so the next size starts on empty queues. */
+int vb_settle(void *be, struct fs_err *err)
 {
     struct vb *v = be;
-    if (v->cm_pending && vb_cm_established(v, err))
-        return -1;
-    if (op != v->op || size > v->max_size)
-        return fs_fail(err, FS_EXIT_MEASURE, "verbs: prepare for %s/%" PRIu64 " outside setup",
-                       fs_ops[op].name, size);
-    /* A ping-pong does not wait for its own send completions, and with --cq-mod it may end on
-     * an unsignaled run: settle both before the next size reuses the queues. */
     for (int i = 0; i < v->nqp; i++)
         if (v->qp[i].unsig_ops && !v->qp[i].sig_inflight && post_flush(v, &v->qp[i], i, err))
             return -1;
@@ -116,9 +113,21 @@ int vb_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
     }
     if (v->unreported)
         return fs_fail(err, FS_EXIT_PEER,
-                       "verbs: %" PRIu64 " operations of the previous size never completed "
+                       "verbs: %" PRIu64 " operations of the phase never completed "
                        "within %d ms (peer gone?)",
                        v->unreported, v->timeout_ms);
+    return 0;
+}
+
+int vb_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
+{
+    struct vb *v = be;
+    if (v->cm_pending && vb_cm_established(v, err))
+        return -1;
+    if (op != v->op || size > v->max_size)
+        return fs_fail(err, FS_EXIT_MEASURE, "verbs: prepare for %s/%" PRIu64 " outside setup",
+                       fs_ops[op].name, size);
+    /* The queues are empty: the core settled the previous phase (vb_settle). */
     v->size = size;
     v->tx_seq = v->rx_seq = 0;
     /* Nothing is in flight between sizes (both sides finished the phase), so the receive area

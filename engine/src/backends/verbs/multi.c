@@ -404,6 +404,15 @@ static void vbm_describe(void *be, cJSON *o)
     }
 }
 
+static int vbm_settle(void *be, struct fs_err *err)
+{
+    struct vbm *m = be;
+    for (int i = 0; i < m->n; i++)
+        if (vb_settle(m->d[i], err))
+            return -1;
+    return 0;
+}
+
 static void vbm_teardown(void *be)
 {
     struct vbm *m = be;
@@ -443,4 +452,5 @@ const struct fs_backend_ops fs_backend_verbs = {
     .describe = vbm_describe,
     .teardown = vbm_teardown,
     .phase_begin = vbm_phase_begin,
+    .settle = vbm_settle,
 };

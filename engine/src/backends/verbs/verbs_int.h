@@ -280,6 +280,7 @@ int vb_progress_now(struct vb *v, struct fs_events *ev, int *got, struct fs_err 
 int vb_arm_cq(struct vb *v, struct fs_events *ev, int *got, struct fs_err *err);
 int vb_take_cq_event(struct vb *v, struct fs_events *ev, int *got, struct fs_err *err);
 int vb_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *err);
+int vb_settle(void *be, struct fs_err *err);
 int vb_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err);
 int vb_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_err *err);
 
