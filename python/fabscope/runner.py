@@ -47,12 +47,30 @@ class RunOutcome:
     notes: list[str] = field(default_factory=list)
 
 
-def _pin_cpus() -> tuple[int | None, int | None]:
-    """Two different CPUs for server and client when this process may use two."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) >= 2:
-        return cpus[0], cpus[1]
-    return None, None
+def _option_value(args: Sequence[str], name: str) -> str | None:
+    """The value of engine option --name in args (``--name V`` or ``--name=V``), the last one given."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == f"--{name}" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _placement_args(engine_args: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(server, client) arguments that place two engines of this host on different CPUs: each its own
+    --cpu-slot of the CPUs --cpu chooses (auto: its device's NUMA node where the host has several,
+    else the CPUs this process may use). A --cpu auto/near/far the user gave applies to both ends; a
+    CPU number to the client alone (the server then takes the first candidate of auto)."""
+    if len(os.sched_getaffinity(0)) < 2:
+        return [], []
+    asked = _option_value(engine_args, "cpu")
+    server = ["--cpu-slot", "0"]
+    if asked in ("auto", "near", "far"):
+        server += ["--cpu", asked]
+    client = [] if _option_value(engine_args, "cpu-slot") is not None else ["--cpu-slot", "1"]
+    return server, client
 
 
 _ENGINE_LINE = re.compile(r'"schema"\s*:\s*"fabscope\.')  # in every engine output line (records, errors)
@@ -246,12 +264,11 @@ def run_loopback(
     env: dict[str, str] | None = None,
     amend: Callable[[Record], None] | None = None,
 ) -> RunOutcome:
-    """Both engines on this host over 127.0.0.1, pinned to different CPUs where possible."""
+    """Both engines on this host over 127.0.0.1, on different CPUs where possible (_placement_args)."""
     engine = str(engine_path())
-    server_cpu, client_cpu = _pin_cpus() if pin else (None, None)
-    server_cmd = [engine, "--listen", "127.0.0.1:0", "--timeout", str(timeout_s), *_server_args(engine_args)]
-    if server_cpu is not None:
-        server_cmd += ["--cpu", str(server_cpu)]
+    server_place, client_place = _placement_args(engine_args) if pin else ([], [])
+    server_cmd = [engine, "--listen", "127.0.0.1:0", "--timeout", str(timeout_s), *_server_args(engine_args),
+                  *server_place]
     with subprocess.Popen(
         server_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     ) as server:
@@ -264,9 +281,8 @@ def run_loopback(
                 code = server.wait()
                 raise FabscopeError(err or "the server engine did not start", code if code > 0 else EXIT_MEASURE)
             port = int(json.loads(line)["port"])
-            client_cmd = [engine, "--peer", f"127.0.0.1:{port}", "--timeout", str(timeout_s), *engine_args]
-            if client_cpu is not None and not any(a.startswith("--cpu") for a in engine_args):
-                client_cmd += ["--cpu", str(client_cpu)]
+            client_cmd = [engine, "--peer", f"127.0.0.1:{port}", "--timeout", str(timeout_s), *engine_args,
+                          *client_place]
             outcome = stream_client(client_cmd, timeout_s, on_record, env, amend=amend)
             try:
                 server.wait(timeout=timeout_s + 5)

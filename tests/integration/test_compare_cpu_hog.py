@@ -59,7 +59,7 @@ def test_a_cpu_hog_on_the_engines_cpu_is_a_tail_regression(tmp_path: Path) -> No
     with open_store(db) as store:
         for r in runs:
             rec = parse_record(r["record"])
-            assert rec.raw["config"]["cpu"] == cpu, rec.raw["config"]
+            assert rec.raw["config"]["cpu"] == str(cpu), rec.raw["config"]  # --cpu N, as given
             store.add_run("run", ["run", "--loopback", "--cpu", str(cpu), "--tag", r["tag"]], [rec], tag=r["tag"])
         case = rec.case
 

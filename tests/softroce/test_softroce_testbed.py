@@ -260,20 +260,26 @@ def test_two_guest_ssh_key_is_per_run_and_owner_only(tmp_path: Path) -> None:
 @pytest.mark.softroce
 def test_fabscope_itself_in_the_guest(tmp_path: Path) -> None:
     """What a user does with `fabscope testbed softroce run -- ...`: the same fabscope and engine
-    as on the host, on a real verbs device."""
+    as on the host, on a real verbs device. The guest has two NUMA nodes with its NIC on node 1
+    (--numa): --cpu auto, the default, puts both engines on node 1 and the placement is clear;
+    --cpu far puts them on node 0 and the explanation names placement."""
+    verbs = "fabscope run --loopback --backend verbs --device rxe0 --iters 200"
     script = (
         "fabscope devices --json > /out/devices.json; "
         "fabscope doctor --json > /out/doctor.json; "
-        "fabscope run --loopback --backend verbs --device rxe0 --sizes 8,4K --iters 200 --format json "
-        "> /out/run.jsonl; echo run=$? > /out/run.rc"
+        f"{verbs} --sizes 8,4K --format json > /out/run.jsonl; echo run=$? > /out/run.rc; "
+        f"{verbs} --sizes 8 --format json --cpu far > /out/far.jsonl; echo far=$? > /out/far.rc; "
+        f"{verbs} --sizes 8 --cpu far --no-store > /out/far.txt 2>&1"
     )
-    rc = softroce.run(["sh", "-c", script], out_dir=tmp_path, timeout_s=600)
+    rc = softroce.run(["sh", "-c", script], out_dir=tmp_path, timeout_s=600, numa=True)
     assert rc == 0
     devices = json.loads((tmp_path / "devices.json").read_text())
     assert [d["name"] for d in devices["rdma_devices"]] == ["rxe0"]
     doctor = json.loads((tmp_path / "doctor.json").read_text())
     gid = next(f for f in doctor["findings"] if f["id"].startswith("gid.roce_v2"))
     assert "index 1" in gid["title"]
+    numa = next(f for f in doctor["findings"] if f["id"] == "cpu.numa.rxe0")
+    assert "NUMA node 1" in numa["title"], numa
     assert (tmp_path / "run.rc").read_text().strip() == "run=0"
     records = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
     assert [r["size"] for r in records] == [8, 4096]
@@ -283,6 +289,27 @@ def test_fabscope_itself_in_the_guest(tmp_path: Path) -> None:
         assert rec["latency_us"]["p50"] > 0
         # One guest: rxe loops its own traffic back and the peer address is local.
         assert rec["path"]["verdict"] == "unverifiable"
+        # auto: each engine on a CPU of node 1 (CPUs 2-3), a different one each.
+        for host in ("host", "peer_host"):
+            place = rec[host]["placement"]
+            assert place["asked"] == "auto" and place["device_numa_node"] == 1 and place["host_numa_nodes"] == 2
+            assert place["device"] == "rxe0 (on eth0)", place
+        assert {rec["cpu_use"][side]["cpu"] for side in ("local", "peer")} == {2, 3}
+        assert {rec["cpu_use"][side]["numa_node"] for side in ("local", "peer")} == {1}
+        cause = {c["cause"]: c for c in rec["explanation"]["causes"]}["placement"]
+        assert cause["state"] == "clear", cause
+    # far: node 0's CPUs, one each, named as the cause with both nodes (and nothing else seen).
+    assert (tmp_path / "far.rc").read_text().strip() == "far=0"
+    (far,) = [json.loads(line) for line in (tmp_path / "far.jsonl").read_text().splitlines()]
+    assert {far["cpu_use"][side]["cpu"] for side in ("local", "peer")} == {0, 1}
+    assert {far["cpu_use"][side]["numa_node"] for side in ("local", "peer")} == {0}
+    assert [c["cause"] for c in far["explanation"]["causes"] if c["state"] == "seen"] == ["placement"]
+    cause = {c["cause"]: c for c in far["explanation"]["causes"]}["placement"]
+    assert cause["state"] == "seen" and "rxe0 (on eth0) is on node 1" in cause["evidence"], cause
+    assert "--cpu auto" in cause["fix"]
+    text = (tmp_path / "far.txt").read_text()
+    assert "# why: placement: the local engine ran on CPU 1 (NUMA node 0)" in text, text
+    assert "# cpu: local on CPU 1, NUMA node 0 (--cpu far; rxe0 (on eth0) on node 1)" in text, text
 
 
 @pytest.mark.softroce

@@ -180,3 +180,39 @@ def test_rdma_link_downed_and_symbol_errors_are_named_synthetic() -> None:
     port["after"].update({"link_downed": 4, "symbol_error": 250})
     link = cause_of(rec, "link")
     assert link.seen and "link_downed +1 on rxe1/1" in link.evidence and "symbol_error +240 on rxe1/1" in link.evidence
+
+
+NUMA_FAR = RECORDS / "softroce-numa-verbs-lat-cpu-far.jsonl"
+NUMA_AUTO = RECORDS / "softroce-numa-verbs-lat-cpu-auto.jsonl"
+
+
+def test_an_engine_on_another_node_than_its_device_is_placement_with_both_nodes() -> None:
+    """The NUMA guest (rxe0 on eth0, node 1): --cpu far put the engines on node 0's CPUs."""
+    (far,) = load_file(NUMA_FAR)
+    assert far.explanation is not None and [c.cause for c in far.explanation.seen] == ["placement"]
+    (seen,) = far.explanation.seen
+    assert "the local engine ran on CPU 1 (NUMA node 0), and rxe0 (on eth0) is on node 1 (--cpu far)" in seen.evidence
+    assert "the peer engine ran on CPU 0 (NUMA node 0)" in seen.evidence
+    assert seen.fix and "--cpu auto" in seen.fix
+    assert far.host is not None and far.host.placement is not None
+    assert far.host.placement.device_numa_node == 1 and far.host.placement.host_numa_nodes == 2
+    text = render_text([far])
+    assert "# cpu: local on CPU 1, NUMA node 0 (--cpu far; rxe0 (on eth0) on node 1)" in text
+    assert "# why: placement: " in text
+    # The same record with the local engine moved to the device's node: only the peer is named.
+    moved = raw(NUMA_FAR.name)
+    moved["cpu_use"]["local"].update(cpu=3, numa_node=1)
+    cause = {c.cause: c for c in explain(moved).causes}["placement"]
+    assert cause.state == "seen" and "local engine" not in cause.evidence and "peer engine" in cause.evidence
+
+
+def test_engines_on_their_devices_node_are_clear_and_an_unknown_node_is_unchecked_saying_why() -> None:
+    (auto,) = load_file(NUMA_AUTO)
+    assert auto.explanation is not None
+    cause = {c.cause: c for c in auto.explanation.causes}["placement"]
+    assert cause.state == "clear" and "the node of rxe0 (on eth0)" in cause.evidence, cause
+    # A multi-node host whose device reports no node: unchecked, with the engine's reason.
+    unknown = raw(NUMA_AUTO.name)
+    unknown["host"]["placement"].update(device_numa_node=None, why_no_node="the firmware gives eth0 no NUMA node")
+    cause = {c.cause: c for c in explain(unknown).causes}["placement"]
+    assert cause.state == "unchecked" and "local: the firmware gives eth0 no NUMA node" in cause.evidence

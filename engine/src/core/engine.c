@@ -136,6 +136,9 @@ int fs_run_validate(struct fs_run *r, struct fs_err *err)
         return -1;
     r->op = (enum fs_op)op;
     r->pat = (enum fs_pattern)pat;
+    long cpu;
+    if (fs_cpu_asked_check(r->spec.cpu, &cpu, err))
+        return -1;
     if (!r->backend_by_peer && strchr(r->spec.device, ',') && !r->bops->device_list)
         return fs_fail(err, FS_EXIT_USAGE,
                        "--device %s names several devices, and backend %s runs on one; measure "

@@ -304,7 +304,7 @@ int fs_engine_run(int argc, char **argv)
         return finish(r, client_out, &err, -1);
     fs_sysinfo_read(&r->si);
     /* The clock's rate and cost are measured on the CPU the engine will run on. */
-    if ((r->spec.cpu >= 0 && fs_pin_cpu(&r->si, r->spec.cpu, &err)) ||
+    if (fs_place(r->spec.cpu, r->spec.cpu_slot, r->spec.device, &r->si, &err) ||
         fs_clock_setup(r->spec.clock, "", &r->clock, &err) ||
         (r->spec.hold_cpu_latency && fs_hold_cpu_latency(&r->si, &err)))
         return finish(r, client_out, &err, -1);

@@ -72,7 +72,15 @@ const struct fs_option fs_core_options[] = {
     {"validate-only", FS_OPT_BOOL, O(validate_only), S(validate_only), 0, 1, NULL, NULL,
      "check the options (device names included) and exit: 0 = valid, 2 = not (serve's start check)",
      FS_OPTF_LOCAL | FS_OPTF_NOECHO},
-    {"cpu", FS_OPT_INT, O(cpu), S(cpu), -1, 4095, "-1", NULL, "pin this engine to one CPU",
+    {"cpu", FS_OPT_STR, O(cpu), S(cpu), 0, 0, "auto", NULL,
+     "where this engine runs: auto = on a CPU of its --device's NUMA node where the host has "
+     "several (else where it is); near = that node, or fail; far = another node, or fail (to "
+     "measure what remote placement costs); N = CPU N. The record says where and why "
+     "(host.placement)",
+     FS_OPTF_LOCAL | FS_OPTF_PROCESS},
+    {"cpu-slot", FS_OPT_INT, O(cpu_slot), S(cpu_slot), -1, 4095, "-1", NULL,
+     "with --cpu auto/near/far: take the Nth of the candidate CPUs, and let auto pin where NUMA "
+     "gives no choice (the front end gives two engines of one host different slots)",
      FS_OPTF_LOCAL | FS_OPTF_PROCESS},
     {"format", FS_OPT_ENUM, O(format), S(format), 0, 0, "json", format_values,
      "output: one JSON object per size, or a perftest-style table",

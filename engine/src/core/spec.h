@@ -26,7 +26,8 @@ struct fs_spec {
     long peer_fd;      /* client mode on a connected, authenticated socket from the front end */
     long session_key_fd; /* the session key's descriptor (a pipe from the front end), or -1 */
     int validate_only; /* parse and check the options, then exit (serve checks them at start) */
-    long cpu;
+    char cpu[16];  /* --cpu: auto, near, far or a CPU number */
+    long cpu_slot;
     char format[8];
     int hold_cpu_latency;
     char clock[16];

@@ -110,6 +110,8 @@ void fs_sysinfo_json(const struct fs_sysinfo *si, cJSON *obj)
     else
         cJSON_AddNullToObject(obj, "cpu");
     cJSON_AddStringToObject(obj, "cpus_allowed", si->cpus_allowed);
+    if (si->place.asked[0])
+        fs_placement_json(&si->place, si, cJSON_AddObjectToObject(obj, "placement"));
     /* Which kernel boot this is: two engines with the same boot id share one machine (its CPUs,
      * its scheduler) even when their host names differ (containers, network namespaces), so the
      * front end can tell when two ranks bound to the same CPU time each other's time slices. */

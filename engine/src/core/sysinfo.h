@@ -3,6 +3,7 @@
 #define FS_SYSINFO_H
 
 #include "fs.h"
+#include "placement.h"
 
 struct cJSON;
 
@@ -14,6 +15,7 @@ struct fs_sysinfo {
     long cpu;               /* the one CPU this engine may run on (pinned by --cpu or by its
                              * launcher: mpirun/srun binding), or -1 */
     char cpus_allowed[256]; /* its affinity list, e.g. "1" or "0,1" */
+    struct fs_placement place; /* --cpu: what was asked, the device's NUMA node, why this CPU */
 };
 
 void fs_sysinfo_read(struct fs_sysinfo *si);

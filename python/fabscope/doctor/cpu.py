@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from fabscope.devices import read_int, read_text
+from fabscope.devices import PciInfo, RdmaDevice, read_int, read_text
 from fabscope.doctor.core import Context, Finding, check
 
 # Measured on the fabscope build machine (KVM guest, cpuidle-haltpoll, guest_halt_poll_ns 0):
@@ -59,7 +59,17 @@ def check_numa(ctx: Context) -> list[Finding]:
     inv = ctx.inventory
     cpus = ctx.cpu_affinity if ctx.cpu_affinity is not None else allowed_cpus()
     out: list[Finding] = []
-    nics: list[tuple[str, int | None]] = [(d.name, d.pci.numa_node if d.pci else None) for d in inv.rdma_devices]
+    # A software RDMA device (rxe, siw) has no PCI function of its own: its adapter is its netdev's.
+    by_netdev = {nd.name: nd for nd in inv.netdevs}
+
+    def rdma_pci(d: RdmaDevice) -> PciInfo | None:
+        if d.pci:
+            return d.pci
+        names = [*d.netdevs, *(p.netdev for p in d.ports if p.netdev)]
+        return next((nd.pci for n in names if (nd := by_netdev.get(n)) is not None and nd.pci), None)
+
+    nics: list[tuple[str, int | None]] = [(d.name, pci.numa_node if (pci := rdma_pci(d)) else None)
+                                          for d in inv.rdma_devices]
     if not nics:
         nics = [(nd.name, nd.pci.numa_node if nd.pci else None) for nd in inv.netdevs if nd.pci is not None]
     if not nics:
@@ -82,7 +92,8 @@ def check_numa(ctx: Context) -> list[Finding]:
                 fid, "warn", f"{name} is on NUMA node {node} but this process may only run on remote CPUs",
                 ev, "every doorbell and completion then crosses the socket interconnect: 1.4 vs 1.9 us "
                 "latency in a published 40G RoCE comparison",
-                f"run pinned to the NIC's node: `numactl --cpunodebind={node} --membind={node} <cmd>` "
+                f"fabscope places its engines there by itself (--cpu auto, the default); other tools: "
+                f"`numactl --cpunodebind={node} --membind={node} <cmd>` "
                 f"(mpirun: `--bind-to core --map-by ppr:1:numa`, or pin to CPUs {fmt_cpus(local)})"))
         elif not cpus <= local:
             out.append(Finding(

@@ -9,6 +9,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 
 from ..results import Result
+from ..results.explain import where_engines_ran
 from ..results.pathtext import render_path_text
 from .markdown import markdown_table
 from .table import Table, cell, from_stored_runs, stored_run, table_for
@@ -152,6 +153,9 @@ def render_text(results: Sequence[Result]) -> str:
         out += [f"# setting had no effect: {line}" for line in no_effect_lines(recs)]
         out += flow_lines(recs)
         out += _path_lines(recs)
+        ran = where_engines_ran(recs[-1].raw)
+        if ran:
+            out.append(f"# cpu: {ran}")
         out += why_lines(recs)
         note = idle_note(recs[0])
         if note:

@@ -169,12 +169,37 @@ class Bandwidth:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where --cpu put an engine and why (the engine's ``host.placement``): what was asked (auto, near,
+    far, N), the device whose NUMA node counted and that node (None: unknown, ``why_no_node`` says
+    why), the host's NUMA nodes with CPUs, and one sentence on the CPU chosen."""
+
+    asked: str
+    device: str
+    device_numa_node: int | None
+    why_no_node: str | None
+    host_numa_nodes: int
+    how: str
+
+    @staticmethod
+    def parse(obj: Mapping[str, Any] | None) -> Placement | None:
+        if not obj:
+            return None
+        node, nodes = obj.get("device_numa_node"), obj.get("host_numa_nodes")
+        return Placement(asked=str(obj.get("asked") or ""), device=str(obj.get("device") or ""),
+                         device_numa_node=node if isinstance(node, int) else None,
+                         why_no_node=_opt_str(obj, "why_no_node", "host.placement."),
+                         host_numa_nodes=nodes if isinstance(nodes, int) else 0, how=str(obj.get("how") or ""))
+
+
+@dataclass(frozen=True)
 class HostInfo:
     hostname: str
     cpu: int | None
     cpuidle_driver: str | None
     cpuidle_governor: str | None
     cpu_dma_latency_held: bool
+    placement: Placement | None = None
 
     @staticmethod
     def parse(host: Mapping[str, Any] | None) -> HostInfo | None:
@@ -186,6 +211,7 @@ class HostInfo:
             cpuidle_driver=_opt_str(host, "cpuidle_driver", "host."),
             cpuidle_governor=_opt_str(host, "cpuidle_governor", "host."),
             cpu_dma_latency_held=bool(host.get("cpu_dma_latency_held")),
+            placement=Placement.parse(_opt_obj(host, "placement")),
         )
 
 

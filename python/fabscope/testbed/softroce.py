@@ -81,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--links", type=int, choices=(1, 2), default=1,
                    help=f"2: a second NIC per guest (eth1, {SUBNET2}.0/24) with its own RDMA device "
                         "(rxe1), on its own link: two rails for --device rxe0,rxe1 (default 1)")
+    r.add_argument("--numa", action="store_true",
+                   help="single guest: two NUMA nodes (CPUs 0-1 on node 0, CPUs 2-3 on node 1) with the NIC(s) "
+                        "on node 1, behind a PCI expander bridge")
     r.add_argument("--pin-cpus", action="store_true",
                    help="with --two-guests: each guest's qemu on a host CPU of its own (the first two this "
                         "process may use), so each busy poller has a CPU to itself")
@@ -119,6 +122,9 @@ def main(argv: list[str] | None = None, parse_only: bool = False) -> int:
     if args.action == "run" and args.pin_cpus and not args.two_guests:
         parser.error("--pin-cpus pins each of two guests to a host CPU of its own: add --two-guests "
                      "(a single guest runs where the host schedules it)")
+    if args.action == "run" and args.numa and args.two_guests:
+        parser.error("--numa boots ONE guest with two NUMA nodes: it cannot be combined with --two-guests; "
+                     "drop one of them")
     if parse_only:
         return 0
     logging.basicConfig(
@@ -141,7 +147,7 @@ def main(argv: list[str] | None = None, parse_only: bool = False) -> int:
             server_cmd: list[str] | None = args.server_cmd
             return run(cmd, two_guests=args.two_guests, siw=args.siw, timeout_s=args.timeout,
                        server_cmd=server_cmd, cache_dir=cache, out_dir=args.out, links=args.links,
-                       pin_cpus=args.pin_cpus, package=args.package)
+                       pin_cpus=args.pin_cpus, package=args.package, numa=args.numa)
         if args.action == "capture-sysfs":
             dest = args.dest or repo_root() / "tests/fixtures/sysfs/rxe-qemu"
             print(capture_sysfs(dest, cache_dir=cache))

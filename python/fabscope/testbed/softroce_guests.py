@@ -241,10 +241,42 @@ def _write_control_dir(
         shutil.copy(src, ctl / name)  # with its mode: an owner-only token file stays owner-only
 
 
+# `run(numa=True)`: the guest's two NUMA nodes. Node 0 has CPUs 0-1, node 1 CPUs 2-3 and the
+# NIC(s), so a NIC is local to CPUs other than CPU 0 (a NUMA-aware placement has to move off CPU 0
+# to follow it), and each node has two CPUs: two engines of one run (--loopback) get a CPU each on
+# either node (with one CPU on node 0, --cpu far put both on it, and they timed each other's time
+# slices: 8 ms). The memory is split evenly between the nodes.
+NUMA_VCPUS = 4
+NUMA_NODE_CPUS: tuple[str, ...] = ("0-1", "2-3")  # per node, as qemu's -numa cpus= takes them
+NUMA_NIC_NODE = 1
+# The expander bridge that puts the NICs on NUMA_NIC_NODE, and the bus number its root bus gets
+# (any free one above pci.0's buses). The guest sees root bus 0000:40, the bridge's internal
+# pci-bridge at 0000:40:00.0 and the NIC(s) behind it on bus 41 (eth0 is 0000:41:00.0).
+NUMA_PXB_ID = "pxb1"
+NUMA_PXB_BUS_NR = 0x40
+
+
+def _numa_args() -> list[str]:
+    """qemu arguments for ``run(numa=True)``: the CPUs, the memory split, the expander bridge.
+
+    The NICs hang off a PCI expander bridge (pxb) with ``numa_node``: qemu describes its root
+    bus in ACPI with a _PXM, so the guest's PCI functions behind it report that node. The
+    firmware has to set up that extra root bus: SeaBIOS does (it runs before the PVH kernel
+    too), qboot does not (a bzImage under qboot found no eth0), so numa never uses qboot."""
+    half, rest = GUEST_MEMORY_MB // 2, GUEST_MEMORY_MB - GUEST_MEMORY_MB // 2
+    args = ["-smp", str(NUMA_VCPUS)]
+    for node, (cpus, mb) in enumerate(zip(NUMA_NODE_CPUS, (half, rest), strict=True)):
+        args += ["-object", f"memory-backend-ram,id=mem{node},size={mb}M",
+                 "-numa", f"node,nodeid={node},cpus={cpus},memdev=mem{node}"]
+    return [*args, "-device", f"pxb,id={NUMA_PXB_ID},bus_nr={NUMA_PXB_BUS_NR},numa_node={NUMA_NIC_NODE},bus=pci.0"]
+
+
 def _qemu_argv(
-    qemu: str, img: Image, repo: Path, ctl: Path, out: Path, nics: Sequence[tuple[str, str]]
+    qemu: str, img: Image, repo: Path, ctl: Path, out: Path, nics: Sequence[tuple[str, str]],
+    numa: bool = False,
 ) -> list[str]:
-    """``nics``: (qemu -netdev spec without its id, MAC) per NIC: eth0, eth1, ..."""
+    """``nics``: (qemu -netdev spec without its id, MAC) per NIC: eth0, eth1, ...
+    ``numa``: two NUMA nodes, the NICs on node 1 (see :func:`_numa_args`)."""
     accel = os.environ.get("FABSCOPE_QEMU_ACCEL", "tcg")
     # quiet: the console carries the command's output. panic=-1 with qemu's
     # -no-reboot: if init dies, qemu exits at once instead of hanging until the
@@ -256,28 +288,36 @@ def _qemu_argv(
         "panic=-1 quiet fsck.mode=skip mitigations=off no_timer_check"
     )
 
+    # Every PCI device names its bus: qemu puts a device without bus= on the newest PCI bus, which
+    # with numa is the expander bridge's root bus, and that bus takes only bridges.
     def share(path: Path, tag: str, readonly: bool) -> list[str]:
-        opts = f"local,path={_qemu_opt_path(path)},mount_tag={tag},security_model=none,multidevs=remap"
-        return ["-virtfs", opts + (",readonly=on" if readonly else "")]
+        opts = f"local,id=fs_{tag},path={_qemu_opt_path(path)},security_model=none,multidevs=remap"
+        return ["-fsdev", opts + (",readonly=on" if readonly else ""),
+                "-device", f"virtio-9p-pci,fsdev=fs_{tag},mount_tag={tag},bus=pci.0"]
 
     # The PVH ELF kernel skips 3-4 s of in-guest decompression under TCG. For a
     # bzImage, qboot reaches the kernel about 0.5 s sooner than SeaBIOS (it
-    # ships with Debian's qemu-system-data; SeaBIOS is qemu's default otherwise).
+    # ships with Debian's qemu-system-data; SeaBIOS is qemu's default otherwise),
+    # but not with numa: qboot leaves the expander bridge's bus unconfigured.
     kernel = img.pvh_kernel or img.kernel
-    bios = ["-bios", str(QBOOT)] if img.pvh_kernel is None and QBOOT.is_file() else []
+    bios = ["-bios", str(QBOOT)] if img.pvh_kernel is None and QBOOT.is_file() and not numa else []
+    nic_bus = NUMA_PXB_ID if numa else "pci.0"
     return [
-        qemu, "-accel", accel, *bios, "-cpu", "max", "-m", str(GUEST_MEMORY_MB), "-smp", "1",
+        qemu, "-accel", accel, *bios, "-cpu", "max", "-m", str(GUEST_MEMORY_MB),
+        *(_numa_args() if numa else ["-smp", "1"]),
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
         "-serial", "stdio",
         "-kernel", str(kernel), "-initrd", str(img.initrd), "-append", cmdline,
         # snapshot=on: writes go to a throw-away overlay, the cached image stays
         # pristine and two guests can boot it at once.
-        "-drive", f"file={_qemu_opt_path(img.rootfs)},format=raw,if=virtio,snapshot=on",
+        "-drive", f"file={_qemu_opt_path(img.rootfs)},format=raw,if=none,id=rootfs,snapshot=on",
         *share(repo, "fabscope", True),
         *share(ctl, "fsctl", False),
         *share(out, "fsout", False),
         *(arg for i, (netdev, mac) in enumerate(nics)
-          for arg in ("-netdev", f"{netdev},id=n{i}", "-device", f"virtio-net-pci,netdev=n{i},mac={mac}")),
+          for arg in ("-netdev", f"{netdev},id=n{i}", "-device", f"virtio-net-pci,netdev=n{i},mac={mac},bus={nic_bus}")),
+        # Last, where `-drive if=virtio` put it: without numa every slot stays as before (eth0 at 00:05.0).
+        "-device", "virtio-blk-pci,drive=rootfs,bus=pci.0",
     ]
 
 
@@ -324,6 +364,7 @@ def run(
     links: int = 1,
     pin_cpus: bool = False,
     package: Path | None = None,
+    numa: bool = False,
 ) -> int:
     """Boot the guest(s), run ``cmd`` inside, print its output, return its exit status.
 
@@ -355,6 +396,10 @@ def run(
     Depends) and ``fabscope`` is the packaged ``/usr/bin/fabscope`` with ``/usr/bin/fabscope-engine``,
     not the tree on the share. It costs about 11 s of boot per guest under TCG (packaging/README.md).
 
+    ``numa`` (single guest only) boots the guest with two NUMA nodes: CPU 0 on node 0, CPUs 1-2
+    on node 1, the memory split between them, and the NIC(s) on node 1 behind a PCI expander
+    bridge, so the NIC's PCI function reports ``numa_node`` 1 and ``local_cpulist`` 2-3.
+
     ``timeout_s`` bounds the whole run from the first qemu start; on expiry
     the guests are killed and :class:`SoftRoceTimeout` is raised. Testbed
     failures raise :class:`SoftRoceError`; both carry the console's last lines.
@@ -365,6 +410,10 @@ def run(
         raise SoftRoceError(f"timeout must be positive, got {timeout_s}")
     if links not in (1, 2):
         raise SoftRoceError(f"links must be 1 or 2, got {links}")
+    if numa and two_guests:
+        raise SoftRoceError("numa (--numa) boots ONE guest with two NUMA nodes and cannot be combined with "
+                            "two_guests (--two-guests): drop one of them (a NUMA layout for two guests is "
+                            "not built)")
     if package is not None:
         _checked_package(package)
     pins = _host_cpus_for_guests(two_guests) if pin_cpus else None
@@ -401,7 +450,7 @@ def run(
             # A hub with only this NIC on it: eth0 exists and has carrier, and
             # no packet can leave the guest (rxe loops its own traffic back).
             nics = [(f"hubport,hubid={i}", f"52:54:00:{77 + i}:00:01") for i in range(links)]
-            argv = _qemu_argv(qemu, img, repo, guest.ctl, out, nics)
+            argv = _qemu_argv(qemu, img, repo, guest.ctl, out, nics, numa=numa)
             guests.append(guest)
             _start(guest, argv)
             rc = _wait_client(guest, None, deadline, timeout_s, cmd)
