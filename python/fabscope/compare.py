@@ -31,6 +31,12 @@ Above the table: the settings that differ between the two sides (engine options 
 ``config``, poll mode, what carried the run, the CPUs and idle drivers of ``host``, versions), since
 a "regression" between two different configurations is a comparison of configurations.
 
+Under a case where B (current) is slower than A (baseline): a regression of the median or the tail,
+or a median change beyond the threshold in the slower direction that lacks the evidence to call it
+(one run a side, the usual `latest~1 latest`), the causes that differ between A's runs and B's
+(results/contrast.py, from each result's explanation): text ``# why B differs: ...`` lines under
+the row (or one line saying the causes are the same), JSON ``causes_differ`` and its neighbours.
+
 Exit status: ``EXIT_REGRESSION`` (9) when any case (median or tail) is a regression, else
 ``EXIT_INCONCLUSIVE`` (10) when a median change is inconclusive, else 0 (an inconclusive tail is
 shown, not an exit status: p99 moves that much between A/A runs here).
@@ -45,13 +51,14 @@ import math
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from . import argtypes
 from .errors import EXIT_OK, EXIT_USAGE, FabscopeError
 from .results import Result
+from .results.contrast import CauseContrast, contrast
 from .results.histogram import Histogram, HistogramError, mann_whitney, merge
 
 __all__ = ["EXIT_INCONCLUSIVE", "EXIT_REGRESSION", "CaseComparison", "Rule", "compare", "differences",
@@ -111,6 +118,16 @@ class CaseComparison:
     tail_verdict: str = "-"  # regression | improvement | same | inconclusive | - (no tail figures)
     tail_evidence: str = ""
     runs_to_settle: int | None = None  # runs a side that would settle an inconclusive call
+    causes: CauseContrast | None = None  # the causes that differ, when B is slower (else None)
+
+    def to_json(self) -> dict[str, Any]:
+        """The row for `--format json`: every field, the causes flattened (``causes_differ``:
+        [{cause, seen_in, evidence, cost, fix, ...}], null when B is not slower)."""
+        out = asdict(replace(self, causes=None))
+        del out["causes"]
+        empty = CauseContrast((), (), (), ()).to_json()
+        out.update(self.causes.to_json() if self.causes is not None else dict.fromkeys(empty))
+        return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -345,6 +362,9 @@ def _compare_case(case: Case, base: list[Result], cur: list[Result], rule: Rule)
     if tail is not None:
         tail_notes = tail.evidence or (f"Mann-Whitney U over runs: p={tail.p:.2g}" if tail.p is not None else "")
     settle = [n for n in (main.runs_to_settle, tail.runs_to_settle if tail else None) if n is not None]
+    slower = (main.verdict == "regression" or (tail is not None and tail.verdict == "regression")
+              or (main.verdict == "inconclusive" and change is not None and (change > 0) == lat))
+    causes = contrast([r.explanation for r in base], [r.explanation for r in cur]) if slower else None
     return CaseComparison(
         backend=case[0], op=case[1], pattern=case[2], size=case[3], transport=case[4],
         metric="latency p50 [us]" if lat else "bandwidth [Gb/s]", baseline=b_med, current=c_med, change=change,
@@ -354,7 +374,7 @@ def _compare_case(case: Case, base: list[Result], cur: list[Result], rule: Rule)
         tail_baseline=_median(b_tail), tail_current=_median(c_tail),
         tail_change=_change(_median(b_tail), _median(c_tail)), p_tail=tail.p if tail else None,
         tail_verdict=tail.verdict if tail else "-", tail_evidence=tail_notes,
-        runs_to_settle=max(settle) if settle else None,
+        runs_to_settle=max(settle) if settle else None, causes=causes,
     )
 
 
@@ -506,7 +526,9 @@ def render(rows: Sequence[CaseComparison], baseline: Side, current: Side, rule: 
              for r in rows]
     widths = [max(len(h), *(len(t[i]) for t in table)) if table else len(h) for i, h in enumerate(head)]
     lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip())
-    lines += ["  ".join(v.ljust(w) for v, w in zip(t, widths, strict=True)).rstrip() for t in table]
+    for r, t in zip(rows, table, strict=True):
+        lines.append("  ".join(v.ljust(w) for v, w in zip(t, widths, strict=True)).rstrip())
+        lines += [f"# {line}" for line in (r.causes.lines() if r.causes is not None else [])]
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("regression", "improvement", "inconclusive", "same")}
     tails = {v: sum(1 for r in rows if r.tail_verdict == v) for v in ("regression", "inconclusive")}
     lines.append(f"# {counts['regression']} regression(s), {counts['improvement']} improvement(s), "
@@ -551,7 +573,7 @@ def compare_main(ns: argparse.Namespace) -> int:
     baseline, current = load_side(ns.baseline, ns.store), load_side(ns.current, ns.store)
     rows = compare(baseline, current, rule)
     if ns.format == "json":
-        sys.stdout.write("".join(json.dumps(asdict(r)) + "\n" for r in rows))
+        sys.stdout.write("".join(json.dumps(r.to_json()) + "\n" for r in rows))
     else:
         sys.stdout.write(render(rows, baseline, current, rule))
     return exit_status(rows)

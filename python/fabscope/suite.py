@@ -14,7 +14,7 @@ from .engine import backends
 from .errors import EXIT_MEASURE, EXIT_OK, EXIT_UNSUPPORTED
 from .mpirun import MPI_FLAVOURS, find_mpi_engine
 from .report.markdown import markdown_table
-from .report.render import render_csv, render_json, render_md
+from .report.render import labelled_why_lines, render_csv, render_json, render_md, why_cell
 from .report.table import Column, Table
 from .results import Result
 from .suite_hosts import only_backends, row_options, verbs_on_this_host
@@ -66,6 +66,9 @@ def _plan(case: Case, quick: bool) -> plan.RunPlan:
     return plan.RunPlan.of([*options, *case.options], plan.Loopback())
 
 
+HEADERS = ["backend op pattern", "bytes", "result", "carried by", "path", "why"]
+
+
 def _row(case: Case, rec: Result) -> list[str]:
     if rec.latency is not None:
         figure = f"p50 {rec.latency.p50:.2f} us, p99 {rec.latency.p99:.2f} us"
@@ -73,7 +76,20 @@ def _row(case: Case, rec: Result) -> list[str]:
         bw = rec.bandwidth
         figure = (f"{bw.gbps:.2f} Gb/s, {bw.msg_rate_mpps or 0:.3f} Mpps"
                   if bw is not None and bw.gbps is not None else "n/a")
-    return [case.label, str(rec.size), figure, rec.transport.carried_by, rec.path.verdict]
+    return [case.label, str(rec.size), figure, rec.transport.carried_by, rec.path.verdict, why_cell([rec])]
+
+
+def text_table(rows: Sequence[Sequence[str]]) -> str:
+    """The suite's table: one row per result (or per case that measured nothing, saying why)."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=True)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def why_notes(measured: Sequence[tuple[Case, Result]]) -> list[str]:
+    """Under the table: each cause seen, for the rows whose "why" cell names one."""
+    return [line for case, rec in measured for line in labelled_why_lines(case.label, rec)]
 
 
 def run_suite(out_dir: str, quick: bool = False, keep: Callable[[Result], None] | None = None,
@@ -84,6 +100,7 @@ def run_suite(out_dir: str, quick: bool = False, keep: Callable[[Result], None] 
     out.mkdir(parents=True, exist_ok=True)
     rows: list[list[str]] = []
     records: list[Result] = []
+    measured: list[tuple[Case, Result]] = []
     failures = 0
     started = time.monotonic()
     rdma_devices, verbs_note = verbs_on_this_host()
@@ -101,26 +118,27 @@ def run_suite(out_dir: str, quick: bool = False, keep: Callable[[Result], None] 
 
         outcome = plan.execute_row(_plan(case, quick), collect)
         records += got
+        measured += [(case, r) for r in got]
         rows += [_row(case, r) for r in got]
         if outcome.exit_code == EXIT_UNSUPPORTED:
-            rows.append([case.label, "-", f"unsupported: {outcome.error}", "", ""])
+            rows.append([case.label, "-", f"unsupported: {outcome.error}", "", "", ""])
         elif outcome.exit_code != 0:
             failures += 1
-            rows.append([case.label, "-", f"FAILED (exit {outcome.exit_code}): {outcome.error}", "", ""])
-    headers = ["backend op pattern", "bytes", "result", "carried by", "path"]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
-    table = "\n".join(lines)
+            rows.append([case.label, "-", f"FAILED (exit {outcome.exit_code}): {outcome.error}", "", "", ""])
+    why = why_notes(measured)
     print(f"# fabscope loopback suite: {len(records)} results in {time.monotonic() - started:.0f} s; "
           "latency = half round trip; bandwidth at the receiver")
-    print(table)
+    print(text_table(rows))
+    for line in why:
+        print(f"# {line}")
     if verbs_note:
         print(f"# {verbs_note}")
     (out / "loopback.jsonl").write_text(render_json(records))
     (out / "loopback.csv").write_text(render_csv(records))
-    md_table = markdown_table(Table([Column(h, h) for h in headers], rows))
+    md_table = markdown_table(Table([Column(h, h) for h in HEADERS], rows))
     note = f"{verbs_note}\n\n" if verbs_note else ""
-    (out / "loopback.md").write_text("# fabscope loopback suite\n\n" + note + md_table + "\n" + render_md(records))
+    md_why = "".join(f"> {line}\n\n" for line in why)
+    (out / "loopback.md").write_text("# fabscope loopback suite\n\n" + note + md_table + "\n" + md_why
+                                     + render_md(records))
     print(f"\nreport: {out}/loopback.md, loopback.csv, loopback.jsonl")
     return EXIT_MEASURE if failures else EXIT_OK

@@ -16,7 +16,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from . import inventory, plan, runner
 from .auth import Key
@@ -308,8 +307,9 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
     title = f"fabscope suite {'between ' + ', '.join(hosts) if hosts else 'to ' + str(peer)}"
     print(f"# {title}: {len(records)} results in {time.monotonic() - started:.0f} s; latency = half round trip, "
           "bandwidth at the receiver (Gb/s = 10^9 bit/s)")
-    print(_text_table(compared))
-    for line in notes + misrouted + failed:
+    why = [line for r in compared for line in r.why]
+    print(text_table(compared))
+    for line in why + notes + misrouted + failed:
         print(f"# {line}")
     summary = SuiteSummary(title=title, peer=peer, hosts=list(hosts or []), device=device, line_rates_gbps=rates,
                            notes=notes + misrouted + failed, rows=[asdict(r) for r in compared])
@@ -317,7 +317,7 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
     (out / "hosts.jsonl").write_text(render_json(records))
     (out / "hosts.csv").write_text(render_csv(records))
     (out / "hosts.md").write_text(f"# {title}\n\n" + "".join(f"{n}\n\n" for n in notes + misrouted + failed) + table + "\n"
-                                  + render_md(records))
+                                  + "".join(f"> {line}\n\n" for line in why) + render_md(records))
     written = "hosts.md, hosts.csv, hosts.jsonl, suite.json"
     if charts.available():
         (out / "report.html").write_text(render_html(ReportInput(records, title=title, line_rates=rates,
@@ -327,9 +327,11 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
     return plan.rows_exit_code(outcomes)
 
 
-def _text_table(rows: Sequence[Any]) -> str:
+def text_table(rows: Sequence[ComparisonRow]) -> str:
+    """The comparison as text: figures right-aligned, names, verdicts and causes left-aligned."""
     t = charts.comparison_table(rows)
     cells = [[c.title for c in t.columns]] + [[cell(c, v) for c, v in zip(t.columns, r, strict=True)] for r in t.rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(t.columns))]
-    return "\n".join("  ".join(v.ljust(w) if i in (0, 7, 8) else v.rjust(w) for i, (v, w) in
-                               enumerate(zip(row, widths, strict=True))) for row in cells)
+    left = {i for i, c in enumerate(t.columns) if c.key in ("label", "carried_by", "path", "why_cell")}
+    return "\n".join("  ".join(v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in
+                               enumerate(zip(row, widths, strict=True))).rstrip() for row in cells)

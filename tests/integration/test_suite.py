@@ -27,7 +27,7 @@ def test_suite_runs_every_built_backend_and_writes_the_report(tmp_path: Path) ->
     assert {"lat", "bw", "bibw"} <= {r["pattern"] for r in records if r["backend"] == "mpi"}
     md = (tmp_path / "loopback.md").read_text()
     assert md.startswith("# fabscope loopback suite")
-    assert "```" not in md and "| backend op pattern | bytes | result | carried by | path |" in md  # real tables
+    assert "```" not in md and "| backend op pattern | bytes | result | carried by | path | why |" in md  # real tables
     assert (tmp_path / "loopback.csv").read_text().startswith("backend,op,pattern,size")
     assert "carried by" in out.stdout and "ucx " in out.stdout and "mpi pml ob1" in out.stdout
 
@@ -37,6 +37,10 @@ def test_suite_backends_picks_rows_and_refuses_a_backend_with_none(tmp_path: Pat
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "loopback.jsonl").read_text().splitlines()]
     assert records and {r["backend"] for r in records} == {"tcp"}
+    # 64 KiB over loopback's MSS ends in a tiny segment: the row's "why" cell and its line under the table.
+    row = next(line for line in out.stdout.splitlines() if line.startswith("tcp send bw ") and " 65536 " in line)
+    assert row.endswith("  segmentation"), out.stdout
+    assert "# why (tcp send bw 65536 B): segmentation: 65,536 B per message over MSS" in out.stdout, out.stdout
     # No RDMA device on this host: asking for verbs rows is an error that says why, not a shorter table.
     refused = fabscope("suite", "--quick", "--no-store", "--backends", "tcp,verbs", "--out", str(tmp_path / "v"),
                        timeout=120)

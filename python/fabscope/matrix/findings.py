@@ -8,7 +8,9 @@
 Evidence comes from the records themselves: the figures against the fabric's centre, the bytes
 each device carried (the path verdict's carriers) and the error counters that moved on the
 host's side of each record (symbol errors, link downed, receive errors, transmit discards, and
-the netdev's rx/tx errors and drops), under the names the engine's counter reader uses.
+the netdev's rx/tx errors and drops), under the names the engine's counter reader uses. A bad
+node or link also carries the causes seen on its slow measurements: each record's explanation
+(``parse_record``), counted and worded by ``fabscope.results.findingwhy``.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ..results import RecordError, parse_record
+from ..results.findingwhy import FindingWhy, Observed, judge
 from ..results.matrix import Finding, Measurement, metric_of
-from .rules import Centre, Rule, directions, judgeable, partners_of, threshold
+from .rules import Centre, Key, Rule, directions, judgeable, partners_of, threshold
 
 # Counters that mean something went wrong on the wire or in the NIC when they move.
 ERROR_COUNTERS = (
@@ -90,6 +94,35 @@ def host_evidence(host: str, ms: Iterable[Measurement]) -> dict[str, Any]:
     return {"bytes_per_device": dict(sorted(carried.items(), key=lambda kv: -kv[1])), "error_counters": errors}
 
 
+def observe(m: Measurement) -> Observed:
+    """The measurement's explanation, decided by ``parse_record`` on its record, or why there is none."""
+    if m.record is None:
+        return Observed(m.src, m.dst, m.pattern, None, m.error or "the measurement carries no engine record")
+    try:
+        explanation = parse_record(m.record, judge_path=False).explanation
+    except RecordError as exc:
+        return Observed(m.src, m.dst, m.pattern, None, f"its record does not parse: {exc}")
+    return Observed(m.src, m.dst, m.pattern, explanation, None if explanation else "its record has no explanation")
+
+
+class Causes:
+    """The causes of each finding: the slow measurements of its bad directions against the fabric's
+    clean ones, each record parsed once."""
+
+    def __init__(self, measurements: Sequence[Measurement], states: Mapping[Key, str]) -> None:
+        self.judged = [m for m in measurements if judgeable(m)]
+        self.clean = [observe(m) for m in self.judged if not m.suspect and states.get(_key(m)) == "clean"]
+
+    def of(self, bad: Iterable[Key], port_errors: Mapping[str, Mapping[str, Mapping[str, int]]]) -> FindingWhy:
+        keys = set(bad)
+        slow = [observe(m) for m in self.judged if m.suspect and _key(m) in keys]
+        return judge(slow, self.clean, port_errors)
+
+
+def _key(m: Measurement) -> Key:
+    return (m.src, m.dst, m.pattern)
+
+
 def _fmt(pattern: str, value: float | None) -> str:
     if value is None:
         return "-"
@@ -104,6 +137,7 @@ def attribute(rule: Rule, hosts: Sequence[str], measurements: Sequence[Measureme
     for s, d, p in bad_dirs:
         bad_pairs[(s, d) if s < d else (d, s)].append((s, d, p))
     partners = partners_of(measurements)
+    causes = Causes(measurements, states)
     findings: list[Finding] = []
 
     index: dict[tuple[str, str, str], list[float]] = defaultdict(list)
@@ -132,11 +166,13 @@ def attribute(rule: Rule, hosts: Sequence[str], measurements: Sequence[Measureme
                 per_pattern[p] = {"median_with_partners": statistics.median(mine_vals) if mine_vals else None,
                                   "fabric": centre_json(p)}
             ms = [m for x in mine for m in by_pair.get((h, x) if h < x else (x, h), [])]
+            evidence = host_evidence(h, ms)
             findings.append(Finding(
                 "node", [h],
                 f"{h} is slow with {len(bad_with)} of its {len(mine)} partners ({', '.join(bad_with)})",
                 {"bad_partners": bad_with, "partners": len(mine), "share": len(bad_with) / len(mine),
-                 "patterns": per_pattern, **host_evidence(h, ms)},
+                 "patterns": per_pattern, **evidence},
+                causes.of((k for k in bad_dirs if h in k[:2]), {h: evidence["error_counters"]}),
             ))
     for (a, b), dirs in sorted(bad_pairs.items()):
         if a in nodes or b in nodes:
@@ -146,6 +182,7 @@ def attribute(rule: Rule, hosts: Sequence[str], measurements: Sequence[Measureme
             figures.append({"src": s, "dst": d, "pattern": p, "values": values(s, d, p), "fabric": centre_json(p)})
         ws, wd, wp = sorted(dirs)[0]
         ms = by_pair.get((a, b), [])
+        hosts_ev = {a: host_evidence(a, ms), b: host_evidence(b, ms)}
         findings.append(Finding(
             "link", [a, b],
             f"{a} <-> {b} is slow ({ws} -> {wd} {wp}: "
@@ -153,7 +190,8 @@ def attribute(rule: Rule, hosts: Sequence[str], measurements: Sequence[Measureme
             f"{_fmt(wp, by_pattern[wp].median)}); {a} is fine with "
             f"{len(partners.get(a, set())) - 1} other partners, {b} with {len(partners.get(b, set())) - 1}",
             {"directions": figures, "partners": {a: len(partners.get(a, set())), b: len(partners.get(b, set()))},
-             "hosts": {a: host_evidence(a, ms), b: host_evidence(b, ms)}},
+             "hosts": hosts_ev},
+            causes.of(dirs, {h: e["error_counters"] for h, e in hosts_ev.items()}),
         ))
     findings += misrouted(measurements)
     return findings

@@ -86,6 +86,8 @@ def text(run: MatrixRun) -> str:
     for f in run.findings:
         label = {"node": "BAD NODE", "link": "BAD LINK", "misrouted": "MISROUTED"}[f.kind]
         out.append(f"{label}: {f.summary}")
+        if f.why:
+            out.append(f"  why: {f.why.diagnosis}")
         ev = f.evidence
         errs = ev.get("error_counters") or {h: e.get("error_counters") for h, e in (ev.get("hosts") or {}).items()
                                             if e.get("error_counters")}

@@ -147,9 +147,22 @@ class ComparisonRow:
     lat4k_p50_us: float | None
     bw64k_gbps: float | None
     bw1m_gbps: float | None
-    line_rate_pct: float | None
+    line_rate_pct: float | None  # 1 MiB bandwidth against the carrying port's line rate on this host
     carried_by: str
     path: str
+    expected_pct: float | None = None  # 1 MiB bandwidth against its explanation's expected ceiling
+    causes_seen: tuple[str, ...] = ()  # the causes seen in any of the row's results (results/explain.py)
+    why: tuple[str, ...] = ()  # their lines, "why (LABEL PATTERN SIZE B): cause: ..." (report.render)
+
+    @property
+    def pct_of_expected(self) -> float | None:
+        """The "% of expected" cell: against the explanation's ceiling (the owner of "expected"),
+        else against this host's line rate for the carrying port; None when neither is known."""
+        return self.expected_pct if self.expected_pct is not None else self.line_rate_pct
+
+    @property
+    def why_cell(self) -> str:
+        return ",".join(self.causes_seen) or "-"
 
 
 @dataclass(frozen=True)
@@ -382,9 +395,10 @@ COMPARISON_COLUMNS = [
     Column("lat4k_p50_us", "4 KiB p50[µs]", "{:.2f}"),
     Column("bw64k_gbps", "64 KiB BW[Gb/s]", "{:.2f}"),
     Column("bw1m_gbps", "1 MiB BW[Gb/s]", "{:.2f}"),
-    Column("line_rate_pct", "% line rate", "{:.1f}"),
+    Column("pct_of_expected", "% of expected", "{:.1f}"),
     Column("carried_by", "carried by"),
     Column("path", "path"),
+    Column("why_cell", "why"),
 ]
 
 

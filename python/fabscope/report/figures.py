@@ -14,6 +14,7 @@ from typing import Any
 from ..results import Result
 from ..results.histogram import merge
 from .charts import BandwidthSeries, ComparisonRow, Distribution, LatencySeries, compact_runs
+from .render import causes_seen, labelled_why_lines
 
 LAT_SMALL, LAT_MID, BW_MID, BW_LARGE = 8, 4096, 65536, 1 << 20
 
@@ -230,7 +231,9 @@ WORST_FIRST = ("misrouted", "unverifiable", "not-requested", "verified")
 
 def comparison_rows(records: Iterable[Result], line_rates: Mapping[str, float] | None = None) -> list[ComparisonRow]:
     """One row per transport: 8 B p50/p99, 4 KiB p50, 64 KiB and 1 MiB bandwidth (bw pattern), % of
-    the carrying port's line rate at 1 MiB, what carried the largest size, the worst path verdict."""
+    the carrying port's line rate at 1 MiB and % of the 1 MiB result's expected ceiling (its
+    explanation's achieved fraction), what carried the largest size, the worst path verdict, and the
+    causes seen in any of its results with their ``why`` lines."""
     rates = line_rates or {}
     by_label: dict[str, list[Result]] = {}
     for rec in records:
@@ -243,6 +246,7 @@ def comparison_rows(records: Iterable[Result], line_rates: Mapping[str, float] |
         verdicts = {r.path.verdict for r in recs}
         worst = next((v for v in WORST_FIRST if v in verdicts), "-")
         largest = max(recs, key=lambda r: r.size)
+        fraction = bw_rec.explanation.achieved_fraction if bw_rec and bw_rec.explanation else None
         rows.append(ComparisonRow(
             label=label,
             lat8_p50_us=_figure_at(recs, "lat", LAT_SMALL, "p50"),
@@ -253,5 +257,8 @@ def comparison_rows(records: Iterable[Result], line_rates: Mapping[str, float] |
             line_rate_pct=100.0 * bw1m / rate if bw1m is not None and rate else None,
             carried_by=largest.transport.carried_by,
             path=worst,
+            expected_pct=100.0 * fraction if fraction is not None else None,
+            causes_seen=causes_seen(recs),
+            why=tuple(line for r in recs for line in labelled_why_lines(f"{label} {r.pattern}", r)),
         ))
     return rows

@@ -138,6 +138,25 @@ def why_lines(results: Sequence[Result]) -> list[str]:
     return out
 
 
+def causes_seen(results: Iterable[Result]) -> tuple[str, ...]:
+    """The names of the causes seen in any of these results, once each, in explain's order."""
+    names = [c.cause for r in results if r.explanation is not None for c in r.explanation.seen]
+    return tuple(dict.fromkeys(names))
+
+
+def why_cell(results: Iterable[Result]) -> str:
+    """A suite table's "why" cell: the causes seen (``placement,cpu``), ``-`` when none is."""
+    return ",".join(causes_seen(results)) or "-"
+
+
+def labelled_why_lines(label: str, res: Result) -> list[str]:
+    """``why (LABEL SIZE B): ...`` (without "# ") for each cause seen in one result of a suite
+    row (none when nothing is seen: the row's "why" cell says ``-``)."""
+    if res.explanation is None or not res.explanation.seen:
+        return []
+    return [f"why ({label} {res.size} B): {line}" for line in res.explanation.why_lines()]
+
+
 def render_text(results: Sequence[Result]) -> str:
     out: list[str] = []
     for recs in groups(results).values():

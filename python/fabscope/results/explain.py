@@ -81,6 +81,12 @@ class Cause:
     def seen(self) -> bool:
         return self.state == "seen"
 
+    def why_line(self) -> str:
+        """The cause in one line (without "# why: "): name, evidence, and cost and fix where set;
+        every output that shows a cause (run, suite, compare) prints this line."""
+        return (f"{self.cause}: {self.evidence}" + (f"; cost: {self.cost}" if self.cost else "")
+                + (f"; fix: {self.fix}" if self.fix else ""))
+
     def to_json(self) -> dict[str, Any]:
         return {"cause": self.cause, "state": self.state, "seen": self.seen, "evidence": self.evidence,
                 "cost": self.cost, "fix": self.fix}
@@ -117,8 +123,7 @@ class Explanation:
         """The text lines (without "# why: ") for this record: one per seen cause, else a count."""
         if not self.seen:
             return [self.summary()]
-        return [f"{c.cause}: {c.evidence}" + (f"; cost: {c.cost}" if c.cost else "") + (f"; fix: {c.fix}" if c.fix else "")
-                for c in self.seen]
+        return [c.why_line() for c in self.seen]
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": 1, "expected_gbps": self.expected_gbps, "expected_basis": self.expected_basis,
@@ -518,7 +523,10 @@ def _link(rec: Mapping[str, Any]) -> Cause:
 
 def _expected(rec: Mapping[str, Any]) -> tuple[float | None, str, float | None]:
     local = _m(_m(rec, "transport"), "local")
-    rate = _n(local, "rate_gbps") if isinstance(local.get("rate_gbps"), (int, float)) else None
+    got_rate = local.get("rate_gbps")
+    # A float: IB rates are not whole (2.5, 5, 14.0625 Gb/s per lane), so not _n's int.
+    rate = (float(got_rate) if isinstance(got_rate, (int, float)) and not isinstance(got_rate, bool)
+            and math.isfinite(got_rate) and got_rate > 0 else None)
     if rec.get("pattern") == "lat":
         return None, "latency has no universal ceiling (a reference from history is not implemented yet)", None
     if not rate:

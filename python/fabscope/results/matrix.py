@@ -4,7 +4,8 @@ Owns the types the matrix produces and their JSON: a ``Measurement`` is one dire
 measurement (src client -> dst server) at one pattern, carrying the engine's result record (the
 ``fabscope.result/1`` schema, path verdict attached, plus ``src_host``/``dst_host``); a
 ``Finding`` is a verdict about the fabric (a bad node, a bad link, a misrouted pair) with its
-evidence; ``MatrixRun`` is the whole run. The judging lives in ``fabscope.matrix.rules`` and
+evidence and, for a bad node or link, the causes seen on its slow pairs (``FindingWhy``,
+results/findingwhy.py); ``MatrixRun`` is the whole run. The judging lives in ``fabscope.matrix.rules`` and
 ``fabscope.matrix.findings``; this module only holds and serialises what they decided.
 """
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER
+from .findingwhy import FindingWhy
 
 MATRIX_SCHEMA = "fabscope.matrix/1"
 #: Exit code of a matrix that found a bad node or a bad link.
@@ -64,9 +66,14 @@ class Finding:
     hosts: list[str]
     summary: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    # The causes seen on its slow pairs (a bad node or link); None for a misrouted pair, whose
+    # cause is the path verdict its summary states.
+    why: FindingWhy | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "hosts": self.hosts, "summary": self.summary, "evidence": self.evidence}
+        out = {"kind": self.kind, "hosts": self.hosts, "summary": self.summary, "evidence": self.evidence}
+        why = self.why.to_json() if self.why else {"causes": [], "diagnosis": None, "slow_pairs": 0, "unexplained": []}
+        return out | why
 
 
 @dataclass
