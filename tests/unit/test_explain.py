@@ -12,6 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from conftest import fabscope, json_lines
 from fabscope.report.render import render_csv, render_text
 from fabscope.results import load_file, parse_record
 from fabscope.results.explain import CAUSES, explain
@@ -19,6 +22,8 @@ from fabscope.results.explain import CAUSES, explain
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "records"
 FACTS = RECORDS / "tcp-send-bw-32k-64k-explain-facts.jsonl"
 BUFFERS = RECORDS / "tcp-send-bw-32k-sndbuf-explain-buffers.jsonl"
+TWO_DEVICES = "softroce-verbs-write-bw-two-devices.jsonl"
+FABRIC0 = "netns-tcp-bw-device-fabric0-verified.jsonl"
 
 
 def raw(name: str, line: int = 0) -> dict[str, Any]:
@@ -216,3 +221,124 @@ def test_engines_on_their_devices_node_are_clear_and_an_unknown_node_is_unchecke
     unknown["host"]["placement"].update(device_numa_node=None, why_no_node="the firmware gives eth0 no NUMA node")
     cause = {c.cause: c for c in explain(unknown).causes}["placement"]
     assert cause.state == "unchecked" and "local: the firmware gives eth0 no NUMA node" in cause.evidence
+
+
+# --------------------------------------------------------------------------
+# Expected: the ceiling of the carrying device (link rate x wire efficiency, PCIe)
+# --------------------------------------------------------------------------
+
+# The link facts as the engine reports them (engine/src/core/linkfacts.c) for a PCIe 4.0 x16 and a
+# PCIe 3.0 x8 function (ib-no-sm's LnkSta is x8 at Gen3 under a 100 Gb/s port).
+GEN4_X16 = {"address": "0000:3b:00.0", "gts": 16.0, "width": 16, "usable_gbps": 16 * 16 * 128 / 130,
+            "encoding": "128b/130b"}
+GEN3_X8 = {"address": "000a:11:00.1", "gts": 8.0, "width": 8, "usable_gbps": 8 * 8 * 128 / 130,
+           "encoding": "128b/130b"}
+
+
+def one_rxe_device(**facts: Any) -> dict[str, Any]:
+    """The two-device write record with its rxe0 as the only device (a one-device run's
+    ``transport.local`` is that device's description, as each entry of ``devices`` is), and the
+    link facts given."""
+    rec = raw(TWO_DEVICES)
+    dev = rec["transport"]["local"]["devices"][0]
+    rec["transport"]["local"] = {**dev, **facts}
+    rec["bandwidth_gbps"] = dev["bandwidth_gbps"]
+    return rec
+
+
+def test_roce_v2_ceiling_is_the_netdev_speed_times_the_wire_efficiency_at_the_path_mtu() -> None:
+    rec = one_rxe_device(rate_gbps=100, rate_source="netdev eth0 speed (sysfs)", pcie=GEN4_X16,
+                         pcie_source="sysfs class/infiniband/mlx5_0/device: PCI function 0000:3b:00.0")
+    got = explain(rec)
+    # 1,024 B of payload per packet + 8 + 14 + 4 + 12 (Ethernet) + 20 (IPv4) + 8 (UDP) + 12 (BTH) + 4 (ICRC)
+    assert got.expected_gbps == pytest.approx(100 * 1024 / (1024 + 82), abs=1e-4)
+    assert got.expected_basis == (
+        "link 100 Gb/s [netdev eth0 speed (sysfs)] x 92.6 % (RoCE v2 at MTU 1,024: 1,024 B per packet + 82 B of "
+        "headers and framing) = 92.6 Gb/s; PCIe 4.0 x16 252.1 Gb/s usable after 128b/130b (TLP/DLLP overhead "
+        "lowers it further, to ~85-90 %): the link bounds")
+    assert got.expected_gbps is not None
+    assert got.achieved_fraction == pytest.approx(rec["bandwidth_gbps"] / got.expected_gbps, abs=1e-4)
+    assert parse_record(rec).to_json()["explanation"]["expected_gbps"] == got.expected_gbps
+
+
+def test_the_bound_is_pcie_when_its_usable_rate_is_below_the_link() -> None:
+    rec = one_rxe_device(rate_gbps=100, rate_source="netdev eth0 speed (sysfs)", pcie=GEN3_X8)
+    got = explain(rec)
+    assert got.expected_gbps == pytest.approx(64 * 128 / 130, abs=1e-4)
+    assert "= 92.6 Gb/s; PCIe 3.0 x8 63 Gb/s usable after 128b/130b" in got.expected_basis
+    assert got.expected_basis.endswith(": PCIe bounds")
+
+
+def test_infiniband_ceiling_has_its_headers_and_sdr_to_qdr_their_8b_10b_coding() -> None:
+    edr = one_rxe_device(link_layer="InfiniBand", rate_gbps=100, rate_source="ibv_query_port: 4X EDR",
+                         ib_speed="EDR", pcie=GEN4_X16, gid={"type": "IB", "grh": False},
+                         mtu={"active": 4096, "used": 4096})
+    got = explain(edr)
+    # LRH 8 + BTH 12 + ICRC 4 + VCRC 2; EDR's 25 Gb/s a lane is already a data rate (64b/66b)
+    assert got.expected_gbps == pytest.approx(100 * 4096 / (4096 + 26), abs=1e-4)
+    assert ("link 100 Gb/s [ibv_query_port: 4X EDR] x 99.4 % (InfiniBand at MTU 4,096: 4,096 B per packet + "
+            "26 B of LRH, BTH, ICRC, VCRC) = 99.4 Gb/s") in got.expected_basis
+    qdr = copy.deepcopy(edr)
+    qdr["transport"]["local"].update(rate_gbps=40, ib_speed="QDR", rate_source="ibv_query_port: 4X QDR",
+                                     gid={"type": "IB", "grh": True})
+    got = explain(qdr)
+    assert got.expected_gbps == pytest.approx(40 * 0.8 * 4096 / (4096 + 66), abs=1e-4)
+    assert "x 80.0 % (QDR: a signalling rate: 8b/10b leaves 80 % for data)" in got.expected_basis
+    assert "66 B of LRH, GRH, BTH, ICRC, VCRC" in got.expected_basis
+
+
+def test_tcp_ceiling_is_the_mss_over_its_headers_and_framing_and_pcie_unknown_is_said() -> None:
+    rec = raw(FABRIC0)
+    mss = rec["transport"]["local"]["mss"]
+    rec["transport"]["local"].update(rate_gbps=25, rate_source="netdev fabric0 speed (sysfs)", pcie=None,
+                                     pcie_source="no PCI function: fabric0 has no bus device (virtual)")
+    got = explain(rec)
+    # MSS + IPv4 20 + TCP 20 + timestamps 12 + Ethernet 38
+    assert got.expected_gbps == pytest.approx(25 * mss / (mss + 90), abs=1e-4)
+    assert (f"(TCP at MSS {mss:,}: {mss:,} B per segment + 90 B of TCP/IP headers and Ethernet framing)"
+            in got.expected_basis)
+    assert got.expected_basis.endswith(
+        "; PCIe unknown: no PCI function: fabric0 has no bus device (virtual): the link bounds")
+    assert got.expected_gbps is not None
+    assert got.achieved_fraction == pytest.approx(rec["bandwidth_gbps"] / got.expected_gbps, abs=1e-4)
+
+
+def test_no_link_rate_is_no_ceiling_saying_why_and_bibw_and_several_devices_add_up() -> None:
+    rec = raw(FABRIC0)
+    rec["transport"]["local"].update(rate_gbps=None, rate_source="fabric0 is virtual: its speed 10000 Mb/s is "
+                                     "nominal, not a link rate", pcie=None, pcie_source="no PCI function")
+    got = explain(rec)
+    assert (got.expected_gbps, got.achieved_fraction) == (None, None)
+    assert got.expected_basis.startswith("the record carries no link rate for fabric0 (fabric0 is virtual: its "
+                                         "speed 10000 Mb/s is nominal")
+    bibw = raw("tcp-send-bibw-loopback.jsonl")
+    bibw["transport"]["local"].update(rate_gbps=10, rate_source="netdev eth0 speed (sysfs)")
+    mss = bibw["transport"]["local"]["mss"]
+    got = explain(bibw)
+    assert got.expected_gbps == pytest.approx(2 * 10 * mss / (mss + 90), abs=1e-4)
+    assert "both directions at once (bibw): 2 x" in got.expected_basis
+    two = raw(TWO_DEVICES)
+    for dev, nd in zip(two["transport"]["local"]["devices"], ("eth0", "eth1"), strict=True):
+        dev.update(rate_gbps=10, rate_source=f"netdev {nd} speed (sysfs)", pcie=None, pcie_source="no PCI function")
+    got = explain(two)
+    assert got.expected_gbps == pytest.approx(2 * 10 * 1024 / 1106, abs=1e-4)
+    assert got.expected_basis.startswith("rxe0: link 10 Gb/s [netdev eth0 speed (sysfs)]")
+    assert "; rxe1: link 10 Gb/s [netdev eth1 speed (sysfs)]" in got.expected_basis
+    assert got.expected_basis.endswith("; the devices together: 18.5 Gb/s")
+    # One device without a rate: no ceiling for the pair.
+    two["transport"]["local"]["devices"][1]["rate_gbps"] = None
+    assert explain(two).expected_gbps is None
+
+
+def test_a_real_loopback_run_reports_lo_has_no_link_rate_and_no_pci_function() -> None:
+    out = fabscope("run", "--loopback", "--pattern", "bw", "--sizes", "64K", "--iters", "200", "--format", "json",
+                   "--no-store", "--device", "lo")
+    assert out.returncode == 0, out.stderr
+    (rec,) = json_lines(out.stdout)
+    local = rec["transport"]["local"]
+    assert local["rate_gbps"] is None and local["rate_source"] == "lo is virtual: no link rate"
+    assert local["pcie"] is None and local["pcie_source"] == "no PCI function: lo has no bus device (virtual)"
+    assert rec["explanation"]["expected_gbps"] is None and rec["explanation"]["achieved_fraction"] is None
+    assert rec["explanation"]["expected_basis"] == (
+        "the record carries no link rate for lo (lo is virtual: no link rate); PCIe unknown: no PCI function: lo "
+        "has no bus device (virtual)")

@@ -94,6 +94,8 @@ def test_percent_of_expected_is_the_explanations_fraction_else_the_line_rate() -
     fraction = next(r for r in rated if r.size == 1 << 20 and r.backend == "tcp").explanation
     assert fraction is not None and fraction.achieved_fraction is not None
     assert exp_row.pct_of_expected == pytest.approx(100.0 * fraction.achieved_fraction)
-    assert exp_row.pct_of_expected == pytest.approx(100.0 * tcp_1m.bandwidth.gbps / 2.5, rel=1e-3)
+    # The ceiling is the link's rate less TCP/IP headers and Ethernet framing per MSS (explain._expected).
+    mss = tcp_1m.transport.local["mss"]
+    assert exp_row.pct_of_expected == pytest.approx(100.0 * tcp_1m.bandwidth.gbps / (2.5 * mss / (mss + 90)), rel=1e-3)
     line = next(line for line in text_table([exp_row]).splitlines() if line.startswith(label))
     assert f"  {100.0 * fraction.achieved_fraction:.1f}  " in line

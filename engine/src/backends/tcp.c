@@ -22,6 +22,7 @@
 #include "../core/backend.h"
 #include "../core/clock.h"
 #include "../core/ctl.h"
+#include "../core/linkfacts.h"
 #include "stream_io.h"
 
 struct tcp_opts {
@@ -326,6 +327,13 @@ static void tcp_describe(void *be, cJSON *o)
     snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", dev);
     if (dev[0] && ioctl(t->s.fd, SIOCGIFMTU, &ifr) == 0)
         cJSON_AddNumberToObject(o, "netdev_mtu", ifr.ifr_mtu);
+    /* The ceiling's facts (issue 20; linkfacts.h): the netdev bound to (--device), else the one
+     * that owns our address (its MTU above). */
+    const char *carrier = t->device[0] ? t->device : dev;
+    fs_link_add_netdev_rate(o, carrier);
+    const char *const cls[] = {"net"};
+    const char *const names[] = {carrier};
+    fs_link_add_pcie(o, cls, names, 1);
 }
 
 static void tcp_phase_begin(void *be)

@@ -521,20 +521,136 @@ def _link(rec: Mapping[str, Any]) -> Cause:
     return Cause("link", "clear", f"no carrier change or link event ({read} counter{'s' if read > 1 else ''} read)")
 
 
+# The wire efficiency at the active MTU: payload bytes per packet over what the link carries for
+# that packet. RoCE on Ethernet, per packet: preamble + start-of-frame delimiter (8, IEEE 802.3
+# clause 3.2.1-2), the Ethernet header (14: two MACs and the EtherType), the frame check sequence
+# (4), the inter-frame gap (12 byte times, 802.3 4.4.2): 38 B that every Ethernet frame costs.
+ETHERNET_FRAMING = 8 + 14 + 4 + 12
+# Above Ethernet, RoCE v2 (IBTA Annex A17): IPv4 (20) or IPv6 (40), UDP (8, port 4791), the IB base
+# transport header (BTH, 12) and the invariant CRC (ICRC, 4). RoCE v1 (Annex A16) carries the IB
+# global route header (GRH, 40) instead of IP and UDP. Extension headers (RETH 16 on the first
+# packet of a write, AETH on acknowledgements) are per message, not per packet: left out.
+IPV4_HEADER, IPV6_HEADER, UDP_HEADER, GRH = 20, 40, 8, 40
+BTH, ICRC = 12, 4
+# InfiniBand per packet (IBTA vol. 1, 5.2 and 7.8): the local route header (LRH, 8), BTH (12),
+# ICRC (4) and the variant CRC (VCRC, 2); a GRH (40) when the QPs route through it.
+LRH, VCRC = 8, 2
+# TCP per segment on top of the MSS (the payload TCP_MAXSEG reports): IP (20 or 40), TCP (20) and
+# the timestamp option (12, Linux's default), then the Ethernet framing above: TCP_OVERHEAD + 38.
+# Ethernet is assumed (an IPoIB netdev's framing differs).
+# The IB port rate as the kernel prints it (and the engine reports it: ibv_query_port's width x
+# speed): SDR, DDR and QDR are signalling rates over 8b/10b line coding, so the data rate is 80 %
+# of them; FDR10 and later are data rates after their coding (64b/66b; HDR/NDR PAM4 with FEC),
+# except that FDR's 14 Gb/s per lane is a rounding of 14.0625 GBd x 64/66 = 13.64 Gb/s of data.
+IB_LINE_CODING = {"SDR": (0.8, "a signalling rate: 8b/10b leaves 80 % for data"),
+                  "DDR": (0.8, "a signalling rate: 8b/10b leaves 80 % for data"),
+                  "QDR": (0.8, "a signalling rate: 8b/10b leaves 80 % for data"),
+                  "FDR": (14.0625 * 64 / 66 / 14, "FDR's 14 Gb/s a lane is 14.0625 GBd x 64/66 = 13.64 Gb/s of data")}
+# PCIe generation by GT/s a lane, for the basis text.
+PCIE_GENERATION = {2.5: "1.0", 5.0: "2.0", 8.0: "3.0", 16.0: "4.0", 32.0: "5.0", 64.0: "6.0"}
+
+
+def _f(obj: Mapping[str, Any], key: str) -> float | None:
+    """A positive finite number (a float: IB rates are not whole, 2.5 and 14 Gb/s a lane)."""
+    v = obj.get(key)
+    return (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+            else None)
+
+
+def _gbps(x: float) -> str:
+    return f"{x:.3g}" if x < 10 else f"{x:.1f}".removesuffix(".0")
+
+
+def _wire(dev: Mapping[str, Any], local: Mapping[str, Any]) -> tuple[float | None, str]:
+    """(payload share of the link, what it is) for the transport that carried the run; dev is the
+    verbs device's description (local itself, or one of local["devices"])."""
+    kind = dev.get("kind") or local.get("kind")
+    if kind == "verbs":
+        mtu = _n(_m(dev, "mtu"), "used")
+        if not mtu:
+            return None, "wire efficiency unknown: the record carries no path MTU"
+        gid = _m(dev, "gid")
+        if dev.get("link_layer") == "InfiniBand":
+            grh = GRH if gid.get("grh") is True else 0
+            over = LRH + grh + BTH + ICRC + VCRC
+            what = f"InfiniBand at MTU {mtu:,}: {mtu:,} B per packet + {over} B of LRH{', GRH' if grh else ''}, BTH, ICRC, VCRC"
+        elif gid.get("type") == "RoCE v1":
+            over = ETHERNET_FRAMING + GRH + BTH + ICRC
+            what = f"RoCE v1 at MTU {mtu:,}: {mtu:,} B per packet + {over} B of headers and framing"
+        else:
+            ip = IPV4_HEADER if gid.get("ipv4") else IPV6_HEADER
+            over = ETHERNET_FRAMING + ip + UDP_HEADER + BTH + ICRC
+            what = f"RoCE v2 at MTU {mtu:,}: {mtu:,} B per packet + {over} B of headers and framing"
+        return mtu / (mtu + over), what
+    if _tcp_kernel(local):
+        mss = _n(local, "mss")
+        if not mss:
+            return None, "wire efficiency unknown: the record carries no MSS"
+        addr = str(local.get("local_address") or "")
+        over = TCP_OVERHEAD + (IPV6_HEADER - IPV4_HEADER if addr.startswith("[") else 0) + ETHERNET_FRAMING
+        return mss / (mss + over), f"TCP at MSS {mss:,}: {mss:,} B per segment + {over} B of TCP/IP headers and Ethernet framing"
+    return None, f"wire efficiency of the {kind or '?'} transport unknown"
+
+
+def _pcie(dev: Mapping[str, Any]) -> tuple[float | None, str]:
+    """(usable Gb/s of the device's PCIe link, its description) or (None, why unknown)."""
+    p = _m(dev, "pcie")
+    usable, gts, width = _f(p, "usable_gbps"), _f(p, "gts"), _n(p, "width")
+    if not usable or not gts or not width:
+        return None, f"PCIe unknown: {dev.get('pcie_source') or 'the record carries no PCIe link'}"
+    gen = PCIE_GENERATION.get(gts, f"{gts:g} GT/s")
+    return usable, (f"PCIe {gen} x{width} {_gbps(usable)} Gb/s usable after {p.get('encoding') or 'its line coding'} "
+                    "(TLP/DLLP overhead lowers it further, to ~85-90 %)")
+
+
+def _ceiling(dev: Mapping[str, Any], local: Mapping[str, Any]) -> tuple[float | None, str]:
+    """The ceiling of one carrying device: min(link rate x wire efficiency, PCIe usable), and the
+    basis naming each term and which one bounds."""
+    rate = _f(dev, "rate_gbps")
+    pcie, pcie_text = _pcie(dev)
+    if not rate:
+        name = dev.get("netdev") or local.get("address_owner") or dev.get("device") or dev.get("kind") or "?"
+        why = dev.get("rate_source") or "virtual devices have none"
+        return None, f"the record carries no link rate for {name} ({why}); {pcie_text}"
+    coding, coding_text = IB_LINE_CODING.get(str(dev.get("ib_speed")), (1.0, ""))
+    eff, wire_text = _wire(dev, local)
+    link = rate * coding * (eff or 1.0)
+    text = f"link {_gbps(rate)} Gb/s [{dev.get('rate_source') or 'its source not recorded'}]"
+    if coding != 1.0:
+        text += f" x {coding * 100:.1f} % ({dev.get('ib_speed')}: {coding_text})"
+    if eff:
+        text += f" x {eff * 100:.1f} % ({wire_text})"
+    text += f" = {_gbps(link)} Gb/s" if eff or coding != 1.0 else ""
+    if not eff:
+        text += f" ({wire_text}: not applied)"
+    if pcie is None:
+        return link, f"{text}; {pcie_text}: the link bounds"
+    bound = "the link bounds" if link <= pcie else "PCIe bounds"
+    return min(link, pcie), f"{text}; {pcie_text}: {bound}"
+
+
 def _expected(rec: Mapping[str, Any]) -> tuple[float | None, str, float | None]:
+    """The bandwidth ceiling of the carrying device(s) (issue 20): the lowest of the link rate times
+    the wire efficiency at the active MTU/MSS and the PCIe link's usable rate; several devices
+    (verbs --device A,B) add up; bibw moves both directions of a full-duplex link at once."""
     local = _m(_m(rec, "transport"), "local")
-    got_rate = local.get("rate_gbps")
-    # A float: IB rates are not whole (2.5, 5, 14.0625 Gb/s per lane), so not _n's int.
-    rate = (float(got_rate) if isinstance(got_rate, (int, float)) and not isinstance(got_rate, bool)
-            and math.isfinite(got_rate) and got_rate > 0 else None)
     if rec.get("pattern") == "lat":
         return None, "latency has no universal ceiling (a reference from history is not implemented yet)", None
-    if not rate:
-        dev = local.get("address_owner") or local.get("device") or local.get("kind") or "?"
-        return None, f"the record carries no link rate for {dev} (virtual devices have none)", None
+    devs = [d for d in local.get("devices") or [] if isinstance(d, Mapping)] or [local]
+    parts = [_ceiling(d, local) for d in devs]
+    basis = "; ".join(f"{d.get('device')}: {t}" for d, (_, t) in zip(devs, parts, strict=True)) if len(devs) > 1 else parts[0][1]
+    known = [g for g, _ in parts if g]
+    if len(known) < len(parts):
+        return None, basis, None
+    rate = sum(known)
+    if len(devs) > 1:
+        basis += f"; the devices together: {_gbps(rate)} Gb/s"
+    if rec.get("pattern") == "bibw":
+        rate *= 2
+        basis += f"; both directions at once (bibw): 2 x = {_gbps(rate)} Gb/s"
     got = rec.get("bandwidth_gbps")
-    frac = round(float(got) / rate, 4) if isinstance(got, (int, float)) and rate else None
-    return float(rate), f"link rate {rate} Gb/s (PCIe and wire efficiency not applied yet)", frac
+    frac = round(float(got) / rate, 4) if isinstance(got, (int, float)) and not isinstance(got, bool) else None
+    return round(rate, 4), basis, frac
 
 
 def explain(rec: Mapping[str, Any]) -> Explanation:

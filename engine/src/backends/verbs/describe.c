@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "verbs_int.h"
 
+#include "linkfacts.h"
+
 /* ---- describe / teardown -------------------------------------------------------------------- */
 
 /* UC and UD do not retransmit: a dropped message is a loss to report, not a stalled peer. */
@@ -15,6 +17,40 @@ int vb_lossy(void *be)
 static uint64_t phase_completed(const struct vb_qp *q)
 {
     return q->completed_ops > q->phase_first_op ? q->completed_ops - q->phase_first_op : 0;
+}
+
+/* The ceiling's facts (issue 20; linkfacts.h): an InfiniBand port's rate is its width x speed;
+ * a RoCE port's (rxe, mlx5 in Ethernet mode) is its netdev's speed: the port's own figure is the
+ * nearest IB width x speed to it, and rxe's is a made-up 1X SDR (2.5 Gb/s) whatever the netdev
+ * does. The PCIe link is the device's, or (rxe has no bus device) its netdev's. */
+static void link_facts(const struct vb *v, cJSON *o)
+{
+    if (v->pattr.link_layer == IBV_LINK_LAYER_INFINIBAND) {
+        int lanes;
+        const char *speed;
+        char src[64];
+        double gbps = vb_port_rate(&v->pattr, &lanes, &speed);
+        if (gbps > 0)
+            snprintf(src, sizeof src, "ibv_query_port: %dX %s", lanes, speed);
+        else
+            snprintf(src, sizeof src, "ibv_query_port: width %u, speed %u not known here",
+                     v->pattr.active_width, v->pattr.active_speed);
+        fs_link_add_rate(o, gbps, src);
+        if (gbps > 0)
+            cJSON_AddStringToObject(o, "ib_speed", speed);
+    } else {
+        char src[384];
+        double gbps;
+        if (fs_link_netdev_rate(v->netdev, &gbps, src, sizeof src) != 0) {
+            size_t n = strlen(src);
+            snprintf(src + n, sizeof src - n, "; the RDMA port's own width x speed is not the "
+                     "Ethernet link's rate");
+        }
+        fs_link_add_rate(o, gbps, src);
+    }
+    const char *const cls[] = {"infiniband", "net"};
+    const char *const names[] = {v->dev_name, v->netdev};
+    fs_link_add_pcie(o, cls, names, 2);
 }
 
 void vb_describe(void *be, cJSON *o)
@@ -33,6 +69,7 @@ void vb_describe(void *be, cJSON *o)
     cJSON_AddStringToObject(o, "link_layer", vb_link_layer_name(v->pattr.link_layer));
     if (v->netdev[0])
         cJSON_AddStringToObject(o, "netdev", v->netdev);
+    link_facts(v, o);
     cJSON_AddNumberToObject(o, "lid", v->pattr.lid);
     cJSON *g = cJSON_AddObjectToObject(o, "gid");
     cJSON_AddNumberToObject(g, "index", v->gid_index);

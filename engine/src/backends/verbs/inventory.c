@@ -26,39 +26,26 @@ static const char *node_type_name(enum ibv_node_type t)
     }
 }
 
-/* Width x speed the way the kernel's sysfs `rate` attribute prints it (rate_show in ib_core):
- * "100 Gb/sec (4X EDR)"; FDR lanes count 14 Gb/s as there, so 4X FDR is 56. The number in
- * rate_gbps is the same figure. */
+/* The port's rate the way the kernel's sysfs `rate` attribute prints it (rate_show in ib_core):
+ * "100 Gb/sec (4X EDR)"; the number in rate_gbps is the same figure (vb_port_rate). */
 static void port_rate(const struct ibv_port_attr *pa, cJSON *o)
 {
-    int lanes = pa->active_width == 1 ? 1 : pa->active_width == 2 ? 4 : pa->active_width == 4 ? 8
-                : pa->active_width == 8 ? 12 : pa->active_width == 16 ? 2 : 0;
-    int tenths;
+    int lanes;
     const char *speed;
-    switch (pa->active_speed) {
-    case 1: tenths = 25, speed = " SDR"; break;
-    case 2: tenths = 50, speed = " DDR"; break;
-    case 4: tenths = 100, speed = " QDR"; break;
-    case 8: tenths = 100, speed = " FDR10"; break;
-    case 16: tenths = 140, speed = " FDR"; break;
-    case 32: tenths = 250, speed = " EDR"; break;
-    case 64: tenths = 500, speed = " HDR"; break;
-    case 128: tenths = 1000, speed = " NDR"; break;
-    default: tenths = 0, speed = NULL; break;
-    }
-    if (!lanes || !speed) {
+    double gbps = vb_port_rate(pa, &lanes, &speed);
+    if (gbps <= 0) {
         cJSON_AddNullToObject(o, "rate");
         cJSON_AddNullToObject(o, "rate_gbps");
         return;
     }
-    int rate = tenths * lanes;
+    int tenths = (int)(gbps * 10 + 0.5);
     char text[64];
-    snprintf(text, sizeof text, "%d%s Gb/sec (%dX%s)", rate / 10, rate % 10 ? ".5" : "", lanes,
+    snprintf(text, sizeof text, "%d%s Gb/sec (%dX %s)", tenths / 10, tenths % 10 ? ".5" : "", lanes,
              speed);
     cJSON_AddStringToObject(o, "rate", text);
-    cJSON_AddNumberToObject(o, "rate_gbps", rate / 10.0);
+    cJSON_AddNumberToObject(o, "rate_gbps", gbps);
     cJSON_AddNumberToObject(o, "active_width_lanes", lanes);
-    cJSON_AddStringToObject(o, "active_speed", speed + 1);
+    cJSON_AddStringToObject(o, "active_speed", speed);
 }
 
 /* A GID the way sysfs prints it: eight groups of four hex digits. */

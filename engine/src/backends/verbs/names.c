@@ -17,6 +17,32 @@ enum ibv_mtu vb_mtu_enum(int bytes)
     }
 }
 
+double vb_port_rate(const struct ibv_port_attr *pa, int *lanes, const char **speed)
+{
+    /* Width x speed as the kernel's sysfs `rate` prints it (rate_show in ib_core): FDR lanes count
+     * 14 Gb/s as there, so 4X FDR is 56. SDR/DDR/QDR are signalling rates (8b/10b on the wire);
+     * FDR10 and later are data rates after 64b/66b (FDR: 14.0625 GBd x 64/66 = 13.64) or
+     * PAM4 FEC encoding (fabscope.results.explain applies the difference). */
+    int n = pa->active_width == 1 ? 1 : pa->active_width == 2 ? 4 : pa->active_width == 4 ? 8
+            : pa->active_width == 8 ? 12 : pa->active_width == 16 ? 2 : 0;
+    int tenths;
+    const char *name;
+    switch (pa->active_speed) {
+    case 1: tenths = 25, name = "SDR"; break;
+    case 2: tenths = 50, name = "DDR"; break;
+    case 4: tenths = 100, name = "QDR"; break;
+    case 8: tenths = 100, name = "FDR10"; break;
+    case 16: tenths = 140, name = "FDR"; break;
+    case 32: tenths = 250, name = "EDR"; break;
+    case 64: tenths = 500, name = "HDR"; break;
+    case 128: tenths = 1000, name = "NDR"; break;
+    default: tenths = 0, name = NULL; break;
+    }
+    *lanes = n;
+    *speed = name;
+    return n && name ? tenths * n / 10.0 : 0;
+}
+
 const char *vb_gid_type_name(int t)
 {
     switch (t) {

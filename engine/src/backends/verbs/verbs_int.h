@@ -217,6 +217,8 @@ const char *vb_svc_name(enum vb_svc s);
 int vb_mtu_bytes(enum ibv_mtu m);
 enum ibv_mtu vb_mtu_enum(int bytes);
 const char *vb_gid_type_name(int t);
+/* The port's active width x speed in Gb/s (0 when unknown), its lanes and speed name ("EDR"). */
+double vb_port_rate(const struct ibv_port_attr *pa, int *lanes, const char **speed);
 const char *vb_link_layer_name(int ll);
 const char *vb_port_state_name(enum ibv_port_state st);
 int vb_gid_is_zero(const union ibv_gid *g);
