@@ -84,10 +84,19 @@ def _run(ns: argparse.Namespace) -> int:
     key = _key(ns)
     progress = _progress(ns)
     keep = history.recorder(ns, "run")  # opened before anything runs: a bad --store fails up front
+    try:
+        reference = _reference_lookup(ns, keep)  # a bad --reference is exit 2 before anything runs
+    except BaseException:
+        if keep:
+            keep.close()
+        raise
 
     streaming = ns.format == "json"
+    referenced: dict[int, Result] = {}  # id of the runner's record -> the same with its reference
 
-    def on_record(rec: Result) -> None:  # typed, path verdict attached by the runner
+    def on_record(measured: Result) -> None:  # typed, path verdict attached by the runner
+        rec = reference.attach(measured, keep.run_id if keep else None)  # read before this run's record is kept
+        referenced[id(measured)] = rec
         if keep:
             keep.add(rec)  # committed as it arrives: a kill loses at most this record
         if streaming:  # JSON lines need no table layout: each size is out the moment it is measured
@@ -102,6 +111,7 @@ def _run(ns: argparse.Namespace) -> int:
     try:
         outcome = plan.execute(_plan(ns, key), on_record)
     finally:
+        reference.close()
         if keep:
             keep.close()
         if cap is not None:
@@ -114,6 +124,7 @@ def _run(ns: argparse.Namespace) -> int:
                 captured["server"] = peer_cap.finish(Path(ns.capture))
     if progress:
         progress(None)
+    outcome.records = [referenced.get(id(r), r) for r in outcome.records]
     if not streaming:
         sys.stdout.write(RENDERERS[ns.format](outcome.records))
         sys.stdout.flush()
@@ -124,7 +135,21 @@ def _run(ns: argparse.Namespace) -> int:
     if outcome.error:
         kept = f" ({len(outcome.records)} size(s) measured before that are shown above)" if outcome.records else ""
         print(f"fabscope: {outcome.error}{kept}", file=sys.stderr)
+    if reference.missing and not outcome.error:
+        for message in dict.fromkeys(reference.missing):
+            print(f"fabscope: {message} (the results are shown above and kept)", file=sys.stderr)
+        return EXIT_USAGE
     return plan.exit_code(outcome)
+
+
+def _reference_lookup(ns: argparse.Namespace, keep: history.Recorder | None) -> Any:
+    """Each latency result's reference from the history (fabscope/reference.py): the store this run
+    writes to, or with --no-store the default one, read only; --reference resolved now."""
+    from .reference import ReferenceLookup
+
+    op = getattr(ns, "eng:op", None)
+    return ReferenceLookup.open(keep.store if keep else None, ns.reference,
+                                backend=str(getattr(ns, "eng:backend", "tcp")), op=str(op) if op else None)
 
 
 def _plan(ns: argparse.Namespace, key: Any) -> Any:
@@ -252,6 +277,10 @@ def _check_run(ns: argparse.Namespace) -> None:
     from .engine import validate_args
 
     backend = str(getattr(ns, "eng:backend", "tcp"))
+    pattern = str(getattr(ns, "eng:pattern", "lat"))
+    _refuse(["--reference"] if ns.reference and pattern != "lat" else [],
+            "latency runs (--pattern lat: a bandwidth result has its ceiling, not a reference)",
+            f"--pattern {pattern}", "")
     given_mpi = [flag for flag, value in (("--mpi", ns.mpi), ("--launcher", ns.launcher), ("--mca", ns.mca),
                                           ("--env", ns.env), ("--hosts", ns.hosts)) if value]
     _check_capture_preload(ns, backend)
@@ -470,6 +499,12 @@ def build_parser(with_engine: bool = True) -> Parser:
 
         _add_engine_options(run, option_table())
     history.add_store_options(run)
+    run.add_argument("--reference", metavar="TAG|RUN", type=argtypes.text(200), default=None,
+                     help="latency runs: the reference each size's p50 is measured against (explanation."
+                          "achieved_fraction, the '# expected:' line): that stored run's p50 of the same case (hosts, "
+                          "backend, op, size), or the median of a tag's runs; a run or tag without the case is an "
+                          "error (default: the best p50 of every earlier run of the case in the history, read "
+                          "even with --no-store)")
     run.set_defaults(func=_run, check=_check_run)
 
     srv = sub.add_parser("serve", help="answer `fabscope run --peer` from other hosts, one run at a time")

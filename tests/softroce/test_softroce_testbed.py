@@ -269,7 +269,8 @@ def test_fabscope_itself_in_the_guest(tmp_path: Path) -> None:
         "fabscope doctor --json > /out/doctor.json; "
         f"{verbs} --sizes 8,4K --format json > /out/run.jsonl; echo run=$? > /out/run.rc; "
         f"{verbs} --sizes 8 --format json --cpu far > /out/far.jsonl; echo far=$? > /out/far.rc; "
-        f"{verbs} --sizes 8 --cpu far --no-store > /out/far.txt 2>&1"
+        f"{verbs} --sizes 8 --cpu far --no-store > /out/far.txt 2>&1; "
+        f"{verbs} --pattern bw --sizes 64K --format json > /out/bw.jsonl; echo bw=$? > /out/bw.rc"
     )
     rc = softroce.run(["sh", "-c", script], out_dir=tmp_path, timeout_s=600, numa=True)
     assert rc == 0
@@ -310,6 +311,15 @@ def test_fabscope_itself_in_the_guest(tmp_path: Path) -> None:
     text = (tmp_path / "far.txt").read_text()
     assert "# why: placement: the local engine ran on CPU 1 (NUMA node 0)" in text, text
     assert "# cpu: local on CPU 1, NUMA node 0 (--cpu far; rxe0 (on eth0) on node 1)" in text, text
+    # The expected ceiling: rxe0's link is eth0's, which announces 10 Gb/s (the testbed's virtio NIC
+    # speed); RoCE v2 headers per 1024 B packet (rxe's active MTU at eth0's 1500) take their share.
+    assert (tmp_path / "bw.rc").read_text().strip() == "bw=0"
+    (bw,) = [json.loads(line) for line in (tmp_path / "bw.jsonl").read_text().splitlines()]
+    local = bw["transport"]["local"]
+    assert local["rate_gbps"] == 10 and "eth0" in local["rate_source"], local
+    expected = bw["explanation"]["expected_gbps"]
+    assert 8.5 < expected < 10 and "RoCE v2" in bw["explanation"]["expected_basis"], bw["explanation"]
+    assert bw["explanation"]["achieved_fraction"] == pytest.approx(bw["bandwidth_gbps"] / expected, rel=1e-3)
 
 
 @pytest.mark.softroce

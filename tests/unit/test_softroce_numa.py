@@ -37,7 +37,7 @@ def test_numa_argv_has_two_nodes_and_the_nics_behind_an_expander_bridge_on_node_
     devices = _values(argv, "-device")
     assert "pxb,id=pxb1,bus_nr=64,numa_node=1,bus=pci.0" in devices
     nics = [d for d in devices if d.startswith("virtio-net-pci,")]
-    assert len(nics) == 2 and all(d.endswith(",bus=pxb1") for d in nics), nics
+    assert len(nics) == 2 and all(",bus=pxb1," in d for d in nics), nics
     # A PCI device without bus= would land on the expander's root bus, which refuses it.
     others = [d for d in devices if not d.startswith(("pxb,", "virtio-net-pci,"))]
     assert len(others) == 4 and all(d.endswith(",bus=pci.0") for d in others), others
@@ -51,7 +51,7 @@ def test_plain_argv_is_one_node_with_the_nics_on_the_main_bus(tmp_path: Path) ->
     assert _values(argv, "-smp") == ["1"] and "-numa" not in argv and "-object" not in argv
     devices = _values(argv, "-device")
     assert not any(d.startswith("pxb") for d in devices)
-    assert all(d.endswith(",bus=pci.0") for d in devices), devices
+    assert all(",bus=pci.0" in d for d in devices), devices
     assert ("-bios" in argv) == QBOOT.is_file()
 
 

@@ -138,6 +138,17 @@ def why_lines(results: Sequence[Result]) -> list[str]:
     return out
 
 
+def expected_lines(results: Sequence[Result]) -> list[str]:
+    """``# expected:`` lines of latency results whose reference was looked up in the history
+    (`fabscope run`; results/explain.py words it): one per size, or one for all when they say the
+    same (no earlier run of any of them)."""
+    lines = [(r.size, r.explanation.expected_line()) for r in results
+             if r.explanation is not None and r.explanation.reference_sought]
+    if len({line for _, line in lines}) == 1:
+        return [f"# expected: {lines[0][1]}"]
+    return [f"# expected ({size} B): {line}" for size, line in lines]
+
+
 def causes_seen(results: Iterable[Result]) -> tuple[str, ...]:
     """The names of the causes seen in any of these results, once each, in explain's order."""
     names = [c.cause for r in results if r.explanation is not None for c in r.explanation.seen]
@@ -175,6 +186,7 @@ def render_text(results: Sequence[Result]) -> str:
         ran = where_engines_ran(recs[-1].raw)
         if ran:
             out.append(f"# cpu: {ran}")
+        out += expected_lines(recs)
         out += why_lines(recs)
         note = idle_note(recs[0])
         if note:

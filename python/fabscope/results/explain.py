@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["CAUSES", "STATES", "Cause", "Explanation", "explain"]
+__all__ = ["CAUSES", "STATES", "Cause", "Explanation", "LatencyReference", "explain", "with_reference"]
 
 STATES = ("seen", "clear", "unchecked")
 CAUSES = ("segmentation", "retransmission", "mtu", "placement", "cpu", "buffers", "link")
@@ -93,13 +93,37 @@ class Cause:
 
 
 @dataclass(frozen=True)
+class LatencyReference:
+    """A latency result's reference from the history (fabscope/reference.py finds it): the p50 of
+    the same case (same hosts, backend, op, size, transport) in earlier runs. ``named`` is the
+    ``--reference TAG|RUN`` that chose it, None for the default (the best, lowest, median of every
+    earlier run of the case); ``run_id`` is None for the median of several runs under a tag."""
+
+    p50_us: float
+    run_id: int | None
+    run_ids: tuple[int, ...]
+    tag: str | None
+    when: str  # the run's start (ISO, UTC); "FIRST..LAST" for several runs
+    runs_considered: int
+    named: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"p50_us": self.p50_us, "run_id": self.run_id, "run_ids": list(self.run_ids), "tag": self.tag,
+                "when": self.when, "runs_considered": self.runs_considered, "named": self.named}
+
+
+@dataclass(frozen=True)
 class Explanation:
-    """What the number should have been (where known) and every cause, checked."""
+    """What the number should have been (where known) and every cause, checked. A latency result
+    has no ceiling; ``reference_sought`` says the history was read for its reference (``fabscope
+    run``), and ``reference`` is what it found (None: ``expected_basis`` says why)."""
 
     expected_gbps: float | None
     expected_basis: str
     achieved_fraction: float | None
     causes: tuple[Cause, ...]
+    reference: LatencyReference | None = None
+    reference_sought: bool = False
 
     @property
     def seen(self) -> tuple[Cause, ...]:
@@ -125,9 +149,19 @@ class Explanation:
             return [self.summary()]
         return [c.why_line() for c in self.seen]
 
+    def expected_line(self) -> str:
+        """The ``# expected:`` text of a latency result whose reference was sought: the basis, and
+        where a reference was found, how this run compares with it."""
+        frac = self.achieved_fraction
+        if self.reference is None or not frac:
+            return self.expected_basis
+        return f"{self.expected_basis}; this run: {1 / frac:.2f}x its p50 (achieved_fraction {frac:.2f})"
+
     def to_json(self) -> dict[str, Any]:
         return {"schema": 1, "expected_gbps": self.expected_gbps, "expected_basis": self.expected_basis,
-                "achieved_fraction": self.achieved_fraction, "causes": [c.to_json() for c in self.causes]}
+                "achieved_fraction": self.achieved_fraction,
+                "reference": self.reference.to_json() if self.reference else None,
+                "causes": [c.to_json() for c in self.causes]}
 
 
 # --------------------------------------------------------------------------
@@ -629,13 +663,18 @@ def _ceiling(dev: Mapping[str, Any], local: Mapping[str, Any]) -> tuple[float | 
     return min(link, pcie), f"{text}; {pcie_text}: {bound}"
 
 
+# A latency record read on its own (compare, report, suite, a stored run): no reference was sought.
+LATENCY_BASIS = ("latency has no universal ceiling; `fabscope run` takes the fabric's own best p50 of the same case "
+                 "from the history as the reference (--reference TAG|RUN names one)")
+
+
 def _expected(rec: Mapping[str, Any]) -> tuple[float | None, str, float | None]:
     """The bandwidth ceiling of the carrying device(s) (issue 20): the lowest of the link rate times
     the wire efficiency at the active MTU/MSS and the PCIe link's usable rate; several devices
     (verbs --device A,B) add up; bibw moves both directions of a full-duplex link at once."""
     local = _m(_m(rec, "transport"), "local")
     if rec.get("pattern") == "lat":
-        return None, "latency has no universal ceiling (a reference from history is not implemented yet)", None
+        return None, LATENCY_BASIS, None
     devs = [d for d in local.get("devices") or [] if isinstance(d, Mapping)] or [local]
     parts = [_ceiling(d, local) for d in devs]
     basis = "; ".join(f"{d.get('device')}: {t}" for d, (_, t) in zip(devs, parts, strict=True)) if len(devs) > 1 else parts[0][1]
@@ -651,6 +690,47 @@ def _expected(rec: Mapping[str, Any]) -> tuple[float | None, str, float | None]:
     got = rec.get("bandwidth_gbps")
     frac = round(float(got) / rate, 4) if isinstance(got, (int, float)) and not isinstance(got, bool) else None
     return round(rate, 4), basis, frac
+
+
+def _us(x: float) -> str:
+    return f"{x:.3f}" if x < 1 else f"{x:.2f}"
+
+
+def _day(when: str) -> str:
+    """The date of an ISO time (a range of them: FIRST..LAST), for the basis text."""
+    first, _, last = when.partition("..")
+    a, b = first[:10], last[:10]
+    return a if not b or a == b else f"{a} to {b}"
+
+
+def _reference_basis(ref: LatencyReference) -> str:
+    tag = f"tag {ref.tag}, " if ref.tag else ""
+    n = ref.runs_considered
+    if ref.named is None:
+        return (f"the fabric's own best: p50 {_us(ref.p50_us)} us in run {ref.run_id} ({tag}{_day(ref.when)}), "
+                f"the best of {n} stored run{'s' if n != 1 else ''} of this case")
+    if ref.run_id is not None:
+        return (f"the reference named (--reference {ref.named}): p50 {_us(ref.p50_us)} us in run {ref.run_id} "
+                f"({tag}{_day(ref.when)})")
+    runs = ", ".join(str(i) for i in ref.run_ids)
+    return (f"the reference named (--reference {ref.named}): the median p50 {_us(ref.p50_us)} us of {n} runs of "
+            f"this case (runs {runs}; {tag}{_day(ref.when)})")
+
+
+def with_reference(expl: Explanation, p50_us: float, found: LatencyReference | None, history: str,
+                   unread: str | None = None) -> Explanation:
+    """A latency explanation with its reference from the history (fabscope/reference.py looks it
+    up): ``achieved_fraction`` = the reference's p50 / this run's p50 (1.0: as good as the
+    reference; 0.5: twice as slow). No reference: the basis says why (``unread``: the history
+    could not be read, and why; else no earlier run of this case is in ``history``)."""
+    if found is None:
+        why = (f"the history ({history}) could not be read ({unread})" if unread
+               else f"no earlier run of this case in the history ({history})")
+        return replace(expl, expected_basis=f"{why}: latency has no universal ceiling, so this run has no reference",
+                       achieved_fraction=None, reference=None, reference_sought=True)
+    frac = round(found.p50_us / p50_us, 4) if p50_us > 0 else None
+    return replace(expl, expected_basis=_reference_basis(found), achieved_fraction=frac, reference=found,
+                   reference_sought=True)
 
 
 def explain(rec: Mapping[str, Any]) -> Explanation:

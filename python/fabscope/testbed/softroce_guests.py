@@ -256,6 +256,13 @@ NUMA_PXB_ID = "pxb1"
 NUMA_PXB_BUS_NR = 0x40
 
 
+# Each guest NIC announces a link speed (virtio's VIRTIO_NET_F_SPEED_DUPLEX), as a real NIC does:
+# its netdev then reports one (/sys/class/net/eth0/speed; without it, -1), rxe's port rate follows
+# it, and a record over it carries a link rate and an expected ceiling (issue 20) instead of none.
+# Nothing is shaped: the emulated link runs as fast as TCG lets it, far below this.
+GUEST_NIC_SPEED_MBPS = 10000
+
+
 def _numa_args() -> list[str]:
     """qemu arguments for ``run(numa=True)``: the CPUs, the memory split, the expander bridge.
 
@@ -315,7 +322,8 @@ def _qemu_argv(
         *share(ctl, "fsctl", False),
         *share(out, "fsout", False),
         *(arg for i, (netdev, mac) in enumerate(nics)
-          for arg in ("-netdev", f"{netdev},id=n{i}", "-device", f"virtio-net-pci,netdev=n{i},mac={mac},bus={nic_bus}")),
+          for arg in ("-netdev", f"{netdev},id=n{i}", "-device",
+                      f"virtio-net-pci,netdev=n{i},mac={mac},bus={nic_bus},speed={GUEST_NIC_SPEED_MBPS},duplex=full")),
         # Last, where `-drive if=virtio` put it: without numa every slot stays as before (eth0 at 00:05.0).
         "-device", "virtio-blk-pci,drive=rootfs,bus=pci.0",
     ]
