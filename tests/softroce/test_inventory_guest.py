@@ -75,7 +75,9 @@ def test_guest_inventory_rxe0_with_its_roce_v2_gid(out: Path) -> None:
     assert port is not None and port.state == "ACTIVE" and port.phys_state == "LinkUp"
     assert port.link_layer == "Ethernet" and port.netdev == "eth0"
     assert (port.active_mtu, port.max_mtu) == (1024, 4096)  # eth0 MTU 1500
-    assert port.rate == "2.5 Gb/sec (1X SDR)" and port.rate_gbps == 2.5
+    # rxe's port rate follows its netdev's speed: the testbed's NIC announces 10 Gb/s (without a
+    # speed, rxe reports 2.5 Gb/s, 1X SDR).
+    assert port.rate == "10 Gb/sec (1X FDR10)" and port.rate_gbps == 10.0
     v2 = [g for g in port.gids if g.type == "RoCE v2" and g.ipv4]
     assert [g.ipv4 for g in v2] == ["192.168.77.1"] and v2[0].netdev == "eth0"
     # UCX and libfabric see the device too, under their own names.

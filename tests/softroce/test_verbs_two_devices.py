@@ -41,6 +41,19 @@ BY_NETWORK = {
     "by-network-one": "--device rxe1 --op send --pattern lat --sizes 64 --iters 100",
 }
 SLOW_RAIL = "--op write --pattern bw --sizes 64K --iters 1000"
+# The explanation (issue 20) in the same boot, on rxe0 alone against the serve without --device: 20
+# clean runs that must name no cause, then each cause planted on the client's eth0 (after every
+# other case: the plants stay): an MTU of 4200 against the server's 1500 (rxe's active MTU 4096
+# against 1024), then netem loss on the link.
+EXPLAIN_RUN = "fabscope run --peer server:18516 --backend verbs --device rxe0 --timeout 60 --format json"
+CLEAN = {**{f"clean-lat-{i}": "--op send --pattern lat --sizes 64 --iters 200" for i in range(10)},
+         **{f"clean-bw-{i}": "--op write --pattern bw --sizes 64K --iters 300" for i in range(10)}}
+PLANTED = [
+    ("ip link set eth0 mtu 4200", {"mtu-send-bw": "--op send --pattern bw --sizes 64K --iters 300"}),
+    ("ip link set eth0 mtu 1500; modprobe sch_netem; tc qdisc add dev eth0 root netem loss 3%",
+     {"loss-send-bw": "--op send --pattern bw --sizes 64K --iters 300",
+      "loss-write-bw": "--op write --pattern bw --sizes 64K --iters 300"}),
+]
 # Refusals: (name, command line); each must exit 2 and say why.
 REFUSED = {
     "one-vs-two": "fabscope run --peer server --backend verbs --device rxe0 --iters 50 --timeout 30",
@@ -64,9 +77,15 @@ def two_rails(tmp_path_factory: pytest.TempPathFactory) -> Path:
               f"> /out/{name}.json 2> /out/{name}.err; echo $? > /out/{name}.rc" for name, args in BY_NETWORK.items()]
     # Last, as it stays: the client's eth1 shaped to 10 Mbit/s (about a sixth of what rxe0 moves
     # here), for the slow-rail case.
+    lines += [f"{EXPLAIN_RUN} {args} > /out/{name}.json 2> /out/{name}.err; echo $? > /out/{name}.rc"
+              for name, args in CLEAN.items()]
     lines += ["modprobe sch_tbf; tc qdisc add dev eth1 root tbf rate 10mbit burst 16k latency 100ms",
               f"{RUN} {SLOW_RAIL} > /out/slow-rail.json 2> /out/slow-rail.err; echo $? > /out/slow-rail.rc"]
-    rc = softroce.run(["sh", "-c", "\n".join(lines)], two_guests=True, links=2, out_dir=out, timeout_s=900,
+    for plant, runs in PLANTED:
+        lines.append(plant)
+        lines += [f"{EXPLAIN_RUN} {args} > /out/{name}.json 2> /out/{name}.err; echo $? > /out/{name}.rc"
+                  for name, args in runs.items()]
+    rc = softroce.run(["sh", "-c", "\n".join(lines)], two_guests=True, links=2, out_dir=out, timeout_s=1500,
                       server_cmd=["sh", "-c", "fabscope serve --bind 0.0.0.0 --port 18516 --insecure-no-auth & "
                                   f"exec fabscope serve --bind 0.0.0.0 --insecure-no-auth --device {DEVS}"])
     assert rc == 0
@@ -188,3 +207,41 @@ def test_a_server_without_device_follows_one_named_device(two_rails: Path) -> No
     assert peer["device"] == "rxe1" and peer["netdev"] == "eth1"
     assert rec["path"]["verdict"] == "verified", rec["path"].get("reason")
     assert rec["path"]["sides"]["peer"]["requested"]["counted_on"] == "eth1"
+
+
+def _seen(rec: dict[str, Any]) -> dict[str, str]:
+    return {c["cause"]: c["evidence"] for c in rec["explanation"]["causes"] if c["state"] == "seen"}
+
+
+@pytest.mark.softroce
+def test_clean_runs_between_the_guests_name_no_cause(two_rails: Path) -> None:
+    """No false alarms: 20 clean verbs runs (10 latency, 10 bandwidth) on rxe0 name nothing, and a
+    bandwidth run has its ceiling: rxe0's link is eth0's announced 10 Gb/s less RoCE v2 headers."""
+    named = {name: seen for name in CLEAN if (seen := _seen(_record(two_rails, name)))}
+    assert not named, named
+    bw = _record(two_rails, "clean-bw-0")
+    assert bw["transport"]["local"]["rate_gbps"] == 10, bw["transport"]["local"].get("rate_source")
+    assert 8.5 < bw["explanation"]["expected_gbps"] < 10, bw["explanation"]["expected_basis"]
+
+
+@pytest.mark.softroce
+def test_a_larger_mtu_here_than_on_the_peer_is_named(two_rails: Path) -> None:
+    """The client's eth0 at 4200 (rxe0's active MTU 4096), the server's at 1500 (1024): the QPs
+    run at 1024 and the explanation says so, with the fix."""
+    rec = _record(two_rails, "mtu-send-bw")
+    seen = _seen(rec)
+    assert "path MTU 1,024 B where the port's active MTU is 4,096 B" in seen.get("mtu", ""), rec["explanation"]
+    assert "retransmission" not in seen
+
+
+@pytest.mark.softroce
+@pytest.mark.parametrize("name", ["loss-send-bw", "loss-write-bw"])
+def test_loss_on_the_link_is_named_with_the_rxe_counters_that_moved(two_rails: Path, name: str) -> None:
+    """netem loss 3% on the client's eth0: rxe retransmits, and the explanation names loss with the
+    hw_counters that moved (sequence errors, retries)."""
+    from fabscope.results.explain import RDMA_LOSS_COUNTERS
+
+    rec = _record(two_rails, name)
+    evidence = _seen(rec).get("retransmission", "")
+    assert any(counter in evidence for counter in RDMA_LOSS_COUNTERS), rec["explanation"]
+

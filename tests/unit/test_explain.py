@@ -342,3 +342,17 @@ def test_a_real_loopback_run_reports_lo_has_no_link_rate_and_no_pci_function() -
     assert rec["explanation"]["expected_basis"] == (
         "the record carries no link rate for lo (lo is virtual: no link rate); PCIe unknown: no PCI function: lo "
         "has no bus device (virtual)")
+
+
+def test_rxe_loss_counters_name_loss_and_a_few_stray_retries_do_not() -> None:
+    """Between two Soft-RoCE guests: netem 3 % loss moved rcvd_seq_err, completer_retry_err and
+    out_of_seq_request by hundreds; a clean latency run had 4 stray retries of 608 packets (the ACK
+    timer firing while the emulated peer was descheduled), which is no loss to name."""
+    (lossy,) = load_file(RECORDS / "softroce-verbs-send-bw-netem-loss.jsonl")
+    assert lossy.explanation is not None and [c.cause for c in lossy.explanation.seen] == ["retransmission"]
+    (seen,) = lossy.explanation.seen
+    assert "rcvd_seq_err +673 on rxe0/1" in seen.evidence and "out_of_seq_request" in seen.evidence
+    (clean,) = load_file(RECORDS / "softroce-verbs-send-lat-stray-retries.jsonl")
+    assert clean.explanation is not None and clean.explanation.seen == ()
+    cause = {c.cause: c for c in clean.explanation.causes}["retransmission"]
+    assert cause.state == "clear" and "a few stray retries" in cause.evidence and "of 608 packets" in cause.evidence

@@ -54,6 +54,23 @@ static const struct cnt_key rdma_keys[] = {
     {"local_link_integrity_errors", "counters/local_link_integrity_errors"},
     {"excessive_buffer_overrun_errors", "counters/excessive_buffer_overrun_errors"},
     {"VL15_dropped", "counters/VL15_dropped"},
+    /* Loss and retransmission during the run (fabscope.results.explain, cause `retransmission`):
+     * rxe's and mlx5's hw_counters. rxe under 3 % netem loss: rcvd_seq_err, duplicate_request and
+     * completer_retry_err move; packets sent and received alone do not say a packet was resent. */
+    {"rcvd_seq_err", "hw_counters/rcvd_seq_err"},
+    {"out_of_seq_request", "hw_counters/out_of_seq_request"},
+    {"duplicate_request", "hw_counters/duplicate_request"},
+    {"retry_exceeded_err", "hw_counters/retry_exceeded_err"},
+    {"completer_retry_err", "hw_counters/completer_retry_err"},
+    {"rnr_nak_retry_err", "hw_counters/rnr_nak_retry_err"},
+    {"out_of_sequence", "hw_counters/out_of_sequence"},
+    {"packet_seq_err", "hw_counters/packet_seq_err"},
+    {"local_ack_timeout_err", "hw_counters/local_ack_timeout_err"},
+    {"implied_nak_seq_err", "hw_counters/implied_nak_seq_err"},
+    /* Congestion signals where the driver has them (mlx5). */
+    {"np_cnp_sent", "hw_counters/np_cnp_sent"},
+    {"rp_cnp_handled", "hw_counters/rp_cnp_handled"},
+    {"np_ecn_marked_roce_packets", "hw_counters/np_ecn_marked_roce_packets"},
     {NULL, NULL},
 };
 _Static_assert(sizeof net_keys / sizeof net_keys[0] - 1 <= FS_CNT_NVAL, "net_keys > FS_CNT_NVAL");

@@ -14,7 +14,7 @@ struct cJSON;
  * packets}, hw_counters sent_pkts/rcvd_pkts (all rxe (Soft-RoCE) has: packets, no bytes), then the
  * PMA error counters the fabric matrix judges links by. The tables are in counters.c; the
  * exporter's dump is counters_dump.c, and both read sysfs through sysfs.c. */
-#define FS_CNT_NVAL 24
+#define FS_CNT_NVAL 40
 #define FS_CNT_NDEVS 4
 
 struct fs_cnt_dev {
