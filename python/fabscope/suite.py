@@ -17,7 +17,9 @@ from .report.markdown import markdown_table
 from .report.render import labelled_why_lines, render_csv, render_json, render_md, why_cell
 from .report.table import Column, Table
 from .results import Result
-from .suite_hosts import only_backends, row_options, verbs_on_this_host
+from .suite_hosts import only_backends, verbs_on_this_host
+from .suite_measure import DEFAULT as DEFAULT_MEASURE
+from .suite_measure import Measure
 
 
 @dataclass
@@ -57,10 +59,10 @@ def cases(rdma_devices: Sequence[str] = ()) -> list[Case]:
     return out
 
 
-def _plan(case: Case, quick: bool) -> plan.RunPlan:
+def _plan(case: Case, measure: Measure) -> plan.RunPlan:
     """A case's RunPlan: the suites' measurement (atomics are 8 bytes), its own options, on this host."""
     sizes = "8" if case.op in ("fadd", "cswap") else None
-    options = row_options(case.backend, case.op, case.pattern, quick, sizes)
+    options = measure.row_options(case.backend, case.op, case.pattern, sizes)
     if case.backend == "mpi":
         return plan.RunPlan.of(options, plan.MpiLaunch(mpi=case.mpi or "openmpi"))
     return plan.RunPlan.of([*options, *case.options], plan.Loopback())
@@ -92,7 +94,7 @@ def why_notes(measured: Sequence[tuple[Case, Result]]) -> list[str]:
     return [line for case, rec in measured for line in labelled_why_lines(case.label, rec)]
 
 
-def run_suite(out_dir: str, quick: bool = False, keep: Callable[[Result], None] | None = None,
+def run_suite(out_dir: str, measure: Measure = DEFAULT_MEASURE, keep: Callable[[Result], None] | None = None,
               backends: Sequence[str] | None = None) -> int:
     """Every case on this host (or those of `backends`); ``keep`` gets each result as it arrives
     (the history store)."""
@@ -116,7 +118,7 @@ def run_suite(out_dir: str, quick: bool = False, keep: Callable[[Result], None] 
             if keep:
                 keep(rec)
 
-        outcome = plan.execute_row(_plan(case, quick), collect)
+        outcome = plan.execute_row(_plan(case, measure), collect)
         records += got
         measured += [(case, r) for r in got]
         rows += [_row(case, r) for r in got]

@@ -33,9 +33,9 @@ from .results import Result
 from .results.suite import SuiteSummary  # the suite's shape: owned by the result model
 from .rspreload import LABEL as PRELOAD_LABEL
 from .rspreload import Preload, find_library
+from .suite_measure import DEFAULT as DEFAULT_MEASURE
+from .suite_measure import Measure
 
-LAT_SIZES = "8,4K"
-BW_SIZES = "64K,1M"
 # libfabric providers that only reach processes on the same host.
 HOST_LOCAL_PROVIDERS = ("shm", "sm2", "self")
 OMPI_PML_UCX = (("pml", "ucx"), ("pml_ucx_tls", "any"), ("pml_ucx_devices", "any"))
@@ -189,19 +189,11 @@ def transports(inv: inventory.EngineInventory, device: str | None, with_mpi: boo
     return rows, notes
 
 
-def row_options(backend: str, op: str, pattern: str, quick: bool, sizes: str | None = None) -> list[tuple[str, str]]:
-    """A suite row's measurement: the same sizes, counts and warmup for every transport (both suites)."""
-    lat = pattern == "lat"
-    iters = ("200" if lat else "100") if quick else ("5000" if lat else "1000")
-    return [("backend", backend), ("op", op), ("pattern", pattern), ("sizes", sizes or (LAT_SIZES if lat else BW_SIZES)),
-            ("iters", iters), ("warmup", "50")]
-
-
-def _plan(t: Transport, pattern: str, quick: bool, where: plan.Where, timeout_s: float) -> plan.RunPlan:
+def _plan(t: Transport, pattern: str, measure: Measure, where: plan.Where, timeout_s: float) -> plan.RunPlan:
     """A row's RunPlan: the suite's measurement, the row's own options, the suite's deadline."""
     own = [(k[2:], v) for k, _, v in (o.partition("=") for o in t.options)]
     preload = Preload.of("rsocket", t.preload) if t.preload else None
-    return plan.RunPlan.of([*row_options(t.backend, t.op, pattern, quick), *own, ("timeout", f"{timeout_s:g}")], where,
+    return plan.RunPlan.of([*measure.row_options(t.backend, t.op, pattern), *own, ("timeout", f"{timeout_s:g}")], where,
                            preload=preload)
 
 
@@ -244,7 +236,7 @@ def check_hosts(hosts: Sequence[str]) -> None:
 
 def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[str] | None = None,
                     device: str | None = None, key: Key | None = None, launcher: str = "mpirun",
-                    timeout_s: float = 10.0, quick: bool = False, backends: Sequence[str] | None = None,
+                    timeout_s: float = 10.0, measure: Measure = DEFAULT_MEASURE, backends: Sequence[str] | None = None,
                     preload_peer: str | None = None) -> int:
     if not peer and not hosts:
         raise FabscopeError("suite: give --peer HOST (against `fabscope serve` there) and/or --hosts A,B (MPI rows)",
@@ -278,7 +270,10 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
             else:
                 assert peer is not None
                 at = plan.Peer(preload_peer if t.preload and preload_peer else peer, key=key, wait_if_busy=True)
-            outcome = plan.execute_row(_plan(t, pattern, quick, at, timeout_s), got.append)
+            row_started = time.monotonic()
+            outcome = plan.execute_row(_plan(t, pattern, measure, at, timeout_s), got.append)
+            print(f"fabscope suite: {t.label} {pattern}: exit {outcome.exit_code}, {len(got)} results in "
+                  f"{time.monotonic() - row_started:.1f} s", file=sys.stderr, flush=True)
             records += got
             outcomes.append(outcome)
             misrouted += [f"{t.label} {pattern} {r.size} B: MISROUTED: {r.path.summary}" for r in got if r.misrouted]

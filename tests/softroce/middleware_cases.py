@@ -121,7 +121,7 @@ def suite_case(out, name: str = "suite", suite: list[str] = SUITE) -> None:
     except subprocess.TimeoutExpired:
         rc, so, se = None, "", "suite timed out after 900 s"
     record(out, {"case": name, "kind": "suite", "argv": argv, "rc": rc, "stdout": so[-6000:],
-                 "stderr": se[-3000:], "elapsed_s": round(time.monotonic() - t0, 1)})
+                 "stderr": se[-8000:], "elapsed_s": round(time.monotonic() - t0, 1)})
 
 
 def main() -> int:

@@ -13,10 +13,9 @@ from typing import Any
 
 from ..results import Result
 from ..results.histogram import merge
+from ..suite_measure import BW_LARGE, BW_MID, LAT_MID, LAT_SMALL  # the suite owns its sizes
 from .charts import BandwidthSeries, ComparisonRow, Distribution, LatencySeries, compact_runs
 from .render import causes_seen, labelled_why_lines
-
-LAT_SMALL, LAT_MID, BW_MID, BW_LARGE = 8, 4096, 65536, 1 << 20
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
