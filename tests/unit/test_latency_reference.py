@@ -182,6 +182,16 @@ def test_two_loopback_runs_the_second_refers_to_the_first(tmp_path: Path) -> Non
     assert expl["expected_basis"].startswith(f"the fabric's own best: p50 {expl['reference']['p50_us']:.2f} us in "
                                              f"run {kept.group(1)} (tag a, ")
     assert expl["achieved_fraction"] == pytest.approx(expl["reference"]["p50_us"] / rec["latency_us"]["p50"], rel=1e-3)
+    # Read back from the history (show, export): the run keeps the reference it was measured against.
+    second_id = str(int(kept.group(1)) + 1)
+    shown = fabscope("history", "show", second_id, env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert f"# expected: the fabric's own best: p50 {expl['reference']['p50_us']:.2f} us in run {kept.group(1)}" \
+        in shown.stdout, shown.stdout
+    exported = fabscope("history", "export", second_id, "--format", "json", env=env)
+    (back,) = json_lines(exported.stdout)
+    assert back["explanation"]["reference"] == expl["reference"], back["explanation"]
+    assert back["explanation"]["achieved_fraction"] == expl["achieved_fraction"]
 
 
 def test_a_named_reference_without_a_measured_size_fails_the_run_after_showing_it(tmp_path: Path) -> None:

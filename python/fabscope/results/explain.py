@@ -116,6 +116,23 @@ class LatencyReference:
         return {"p50_us": self.p50_us, "run_id": self.run_id, "run_ids": list(self.run_ids), "tag": self.tag,
                 "when": self.when, "runs_considered": self.runs_considered, "named": self.named}
 
+    @classmethod
+    def parse(cls, obj: object) -> LatencyReference | None:
+        """A stored record's reference (its ``explanation.reference``), so a run read back from the
+        history or a file keeps the reference it was measured against; None where there is none or
+        it is not one of ours."""
+        if not isinstance(obj, dict):
+            return None
+        p50, run_id, ids, tag = obj.get("p50_us"), obj.get("run_id"), obj.get("run_ids"), obj.get("tag")
+        when, n, named = obj.get("when"), obj.get("runs_considered"), obj.get("named")
+        if not (isinstance(p50, (int, float)) and not isinstance(p50, bool) and p50 > 0 and isinstance(when, str)
+                and isinstance(n, int) and isinstance(ids, list) and all(isinstance(i, int) for i in ids)
+                and (run_id is None or isinstance(run_id, int)) and (tag is None or isinstance(tag, str))
+                and (named is None or isinstance(named, str))):
+            return None
+        return cls(p50_us=float(p50), run_id=run_id, run_ids=tuple(ids), tag=tag, when=when, runs_considered=n,
+                   named=named)
+
 
 @dataclass(frozen=True)
 class Explanation:

@@ -22,7 +22,7 @@ from typing import Any
 
 from .cpushare import with_shared_cpu_warning
 from .errors import RecordError
-from .explain import Explanation, explain
+from .explain import Explanation, LatencyReference, explain, with_reference
 from .histogram import Histogram
 from .verdict import settings_without_effect, verdict
 
@@ -412,6 +412,10 @@ def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
         rec["path"] = verdict(rec)
     with_shared_cpu_warning(rec)
     explanation = explain(rec)
+    stored = rec.get("explanation")
+    reference = LatencyReference.parse(stored.get("reference")) if isinstance(stored, dict) else None
+    if reference is not None and latency is not None:  # measured against a reference: read back with it
+        explanation = with_reference(explanation, latency.p50, reference, history="")
     rec["explanation"] = explanation.to_json()
     return Result(
         schema_version=int(num), version=_str(rec, "version"), status=str(rec.get("status") or "ok"),
