@@ -27,10 +27,10 @@ VERBS = "fabscope run --peer server --backend verbs --device rxe0 --timeout 60"
 CAP = "--op send --pattern bw --sizes 8K --iters 50 --warmup 10 --mtu 1024"
 CASES = {
     "rs-lat": f"{RS} --pattern lat --sizes 64 --iters 300",
-    "rs-bw": f"{RS} --pattern bw --sizes 64K --iters 1000",
-    "rs-bibw": f"{RS} --pattern bibw --sizes 64K --iters 500 --rsocket-inline 128 --rsocket-sqsize 256",
+    "rs-bw": f"{RS} --pattern bw --sizes 64K --iters 300",
+    "rs-bibw": f"{RS} --pattern bibw --sizes 64K --iters 200 --rsocket-inline 128 --rsocket-sqsize 256",
     "pre-lat": f"{PRE} --peer server:18600 --pattern lat --sizes 64 --iters 200",
-    "pre-bw": f"{PRE} --peer server:18600 --pattern bw --sizes 64K --iters 500",
+    "pre-bw": f"{PRE} --peer server:18600 --pattern bw --sizes 64K --iters 200",
     # the client preloaded, the server not: rsocket cannot connect, and the run must not pass as RDMA
     "pre-unpaired": f"{PRE} --peer server:18515 --pattern bw --sizes 64K --iters 500",
     # rdma_cm's connection (--cm: REQ/REP/RTU on QP1; the path MTU is the route's, 1024 on rxe0),
@@ -70,7 +70,9 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
     key = tmp_path_factory.mktemp("key") / "key"
     key.write_bytes(secrets.token_bytes(32))
     key.chmod(0o600)
-    lines = [f"( {cmd} ) > /out/{name}.json 2> /out/{name}.err; echo $? > /out/{name}.rc" for name, cmd in CASES.items()]
+    # NAME.t: the case's start and end (epoch s), to see where the guest time goes
+    lines = [f"date +%s.%N > /out/{name}.t; ( {cmd} ) > /out/{name}.json 2> /out/{name}.err; echo $? > /out/{name}.rc; "
+             f"date +%s.%N >> /out/{name}.t" for name, cmd in CASES.items()]
     rc = softroce.run(["sh", "-c", "\n".join(lines)], two_guests=True, pin_cpus=True, out_dir=out, timeout_s=1500,
                       server_cmd=["sh", "-c", SERVER.split(" ", 2)[2].strip("'")], extra_files={"key": key})
     assert rc == 0

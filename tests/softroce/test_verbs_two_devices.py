@@ -9,6 +9,7 @@ guests' counters saw, so a run that put every queue pair on one rail fails here.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,9 @@ def two_rails(tmp_path_factory: pytest.TempPathFactory) -> Path:
         lines.append(plant)
         lines += [f"{EXPLAIN_RUN} {args} > /out/{name}.json 2> /out/{name}.err; echo $? > /out/{name}.rc"
                   for name, args in runs.items()]
+    # NAME.t: each case's start and end (epoch s), to see where the guest time goes
+    lines = [f"date +%s.%N > /out/{m[1]}.t; {line}; date +%s.%N >> /out/{m[1]}.t"
+             if (m := re.search(r"> /out/([\w-]+)\.rc$", line)) else line for line in lines]
     rc = softroce.run(["sh", "-c", "\n".join(lines)], two_guests=True, links=2, out_dir=out, timeout_s=1500,
                       server_cmd=["sh", "-c", "fabscope serve --bind 0.0.0.0 --port 18516 --insecure-no-auth & "
                                   f"exec fabscope serve --bind 0.0.0.0 --insecure-no-auth --device {DEVS}"])
