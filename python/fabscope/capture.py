@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import hostport
 from .errors import EXIT_MEASURE, EXIT_USAGE, FabscopeError
 
 __all__ = ["Capture", "capture_filter", "netdev_for", "render_summary", "summarise"]
@@ -476,9 +477,7 @@ def finish(cap: Capture) -> dict[str, Any]:
 
 
 def peer_host(peer: str | None) -> str | None:
-    if not peer:
-        return None
-    return peer.rsplit(":", 1)[0].strip("[]") if peer.count(":") <= 1 or peer.startswith("[") else peer
+    return hostport.host_of(peer)
 
 
 def route_netdev(host: str) -> str | None:

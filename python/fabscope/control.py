@@ -11,7 +11,7 @@ import struct
 import time
 from typing import Any
 
-from . import __version__, auth
+from . import __version__, auth, hostport
 from .argtypes import shown
 from .errors import EXIT_PEER, EXIT_USAGE, FabscopeError
 
@@ -118,17 +118,10 @@ def check_proto(msg: dict[str, Any], who: str) -> None:
 
 
 def split_hostport(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
-    elif text.count(":") == 1:
-        host, _, port = text.partition(":")
-    else:
-        host, port = text, ""
-    # ASCII digits only: str.isdigit() and int() also take '２８２５０' (fullwidth) and '²'.
-    if not host or (port and not (port.isascii() and port.isdigit())) or (port and not 0 <= int(port) <= 65535):
-        raise FabscopeError(f"{shown(text)} is not HOST, HOST:PORT or [IPv6]:PORT")
-    return host, int(port) if port else default_port
+    try:
+        return hostport.split(text, default_port)
+    except ValueError:
+        raise FabscopeError(f"{shown(text)} is not HOST, HOST:PORT or [IPv6]:PORT") from None
 
 
 # ---- the client side of a session with `fabscope serve` (run --peer, doctor --peer, suite, matrix) ----

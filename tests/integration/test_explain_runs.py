@@ -12,7 +12,7 @@ from typing import Any
 
 import netns_helpers as nh
 import pytest
-from test_netns_engine import PORT, run_against_serve
+from test_netns_engine import PORT, run_against_serve, run_in, serve_in
 
 from conftest import fabscope, json_lines
 from fabscope.testbed import netns
@@ -81,6 +81,21 @@ def test_loopback_cpu_hog_on_the_client_cpu_is_named_and_a_clean_run_names_nothi
     assert f"local engine on CPU {cpus[1]}" in cause["evidence"] and "peer engine" not in cause["evidence"], cause
     assert rec["cpu_use"]["local"]["involuntary_switches"] > rec["cpu_use"]["peer"]["involuntary_switches"]
     assert cause["fix"] and "--cpu" in cause["fix"]
+
+
+def test_loopback_twenty_clean_runs_name_nothing() -> None:
+    """No false alarms: 10 latency and 10 bandwidth runs on loopback, each its own `fabscope run`,
+    nothing planted (sizes within one MSS): no cause seen in any, cpu included."""
+    recs: list[dict[str, Any]] = []
+    for i in range(20):
+        args = ("--sizes", "8", "--iters", "3000") if i % 2 == 0 else ("--pattern", "bw", "--sizes", "32K",
+                                                                          "--iters", "2000")
+        out = fabscope("run", "--loopback", "--no-store", "--format", "json", *args)
+        assert out.returncode == 0, out.stderr
+        recs += json_lines(out.stdout)
+    assert len(recs) == 20
+    assert {i: (r["pattern"], seen(r)) for i, r in enumerate(recs) if seen(r)} == {}, \
+        [r["explanation"] for r in recs if seen(r)]
 
 
 # ---- netns: loss planted with a queue too small for the burst ------------------------------
@@ -170,3 +185,26 @@ def test_netns_carrier_flap_during_a_run_is_named_as_a_link_event(plain_testbed:
     assert "link" in seen(rec), rec["explanation"]
     link = cause(rec, "link")
     assert "carrier_changes +2 on fabric0" in link["evidence"] and link["fix"], link
+
+
+@pytest.mark.netns
+@nh.needs_root
+def test_netns_twenty_clean_runs_name_nothing(plain_testbed: None) -> None:
+    """No false alarms: 10 latency and 10 bandwidth runs from fs-a over the fabric to one serve on
+    fs-b, each its own `fabscope run`, nothing planted: no cause seen in any, cpu included."""
+    server = serve_in("fs-b", "0.0.0.0")
+    recs: list[dict[str, Any]] = []
+    try:
+        for i in range(20):
+            args = ("--sizes", "8", "--iters", "3000") if i % 2 == 0 else ("--pattern", "bw", "--sizes", "64K",
+                                                                              "--iters", "1000")
+            rc, got, err = run_in("fs-a", "--no-store", "--peer", f"10.201.0.2:{PORT}", "--device", "fabric0",
+                                  "--timeout", "30", *args)
+            assert rc == 0, err
+            recs += got
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert len(recs) == 20 and all(r["path"]["verdict"] == "verified" for r in recs)
+    assert {i: (r["pattern"], seen(r)) for i, r in enumerate(recs) if seen(r)} == {}, \
+        [r["explanation"] for r in recs if seen(r)]

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import hostport
+
 __all__ = ["Request", "local_transport", "parse_ip", "resolve_request", "split_host_port"]
 
 # Settings naming network devices, in the order they are looked at. Values are comma lists;
@@ -53,15 +55,7 @@ class Request:
 
 def split_host_port(address: object) -> str | None:
     """'10.0.0.1:4000' or '[fe80::1]:4000' or a bare address -> the IP text."""
-    if not isinstance(address, str) or not address:
-        return None
-    text = address.strip()
-    if text.startswith("["):
-        end = text.find("]")
-        return text[1:end] if end > 0 else None
-    if text.count(":") == 1:
-        return text.split(":", 1)[0]
-    return text  # bare IPv4 or bare IPv6
+    return hostport.host_of(address)
 
 
 def parse_ip(text: str | None) -> IPAddress | None:
