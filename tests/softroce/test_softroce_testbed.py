@@ -110,7 +110,10 @@ def test_two_guests_ib_write_bw(built: Path) -> None:
     assert "GID: 00:00:00:00:00:00:00:00:00:00:255:255:192:168:77:01" in text
     m = re.search(r"^\s*65536\s+200\s+([\d.]+)\s+([\d.]+)", text, re.M)
     assert m, "no ib_write_bw result line"
-    assert float(m[2]) > 0
+    # The 200 writes completed (exit 0, the result line): the link carried them. The figure is
+    # perftest's, timed with a cycle counter it first fits against the clock; under TCG that fit
+    # sometimes fails ("Correlation coefficient r^2: 0.09 < 0.9", seen in CI) and it prints 0.00.
+    assert float(m[2]) > 0 or "Correlation coefficient r^2" in text, text
     assert "[server]" in err.getvalue()  # the server's output is forwarded, marked
 
 
