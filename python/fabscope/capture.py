@@ -476,10 +476,6 @@ def finish(cap: Capture) -> dict[str, Any]:
     return info
 
 
-def peer_host(peer: str | None) -> str | None:
-    return hostport.host_of(peer)
-
-
 def route_netdev(host: str) -> str | None:
     """The netdev the kernel routes ``host`` through (`ip -j route get`)."""
     import json
@@ -505,7 +501,7 @@ def choose_netdev(device: str | None, peer: str | None, loopback: bool) -> str:
                             "netdev, to capture on", EXIT_USAGE)
     if loopback:
         return "lo"
-    host = peer_host(peer)
+    host = hostport.host_of(peer)
     nd = route_netdev(host) if host else None
     if not nd:
         raise FabscopeError(f"--capture: cannot tell which netdev reaches {host}; name the device with --device",

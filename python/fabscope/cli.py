@@ -393,10 +393,6 @@ def _check_suite(ns: argparse.Namespace) -> None:
             setattr(ns, key, default)
 
 
-def _measure(ns: argparse.Namespace) -> Measure:
-    return Measure(quick=ns.quick)
-
-
 def _suite(ns: argparse.Namespace) -> int:
     from .suite import run_suite
 
@@ -408,13 +404,13 @@ def _suite(ns: argparse.Namespace) -> int:
         from .suite_hosts import run_suite_hosts
 
         rc = run_suite_hosts(str(ns.out), peer=ns.peer, hosts=ns.hosts, device=ns.device, key=_key(ns),
-                             launcher=ns.launcher, timeout_s=ns.timeout, measure=_measure(ns), backends=ns.backends,
+                             launcher=ns.launcher, timeout_s=ns.timeout, measure=Measure(quick=ns.quick), backends=ns.backends,
                              preload_peer=ns.preload_peer)
         history.keep_file(ns, "suite", ns.out / "hosts.jsonl")
         return rc
     keep = history.recorder(ns, "suite")
     try:
-        return run_suite(str(ns.out), measure=_measure(ns), keep=keep.add if keep else None, backends=ns.backends)
+        return run_suite(str(ns.out), measure=Measure(quick=ns.quick), keep=keep.add if keep else None, backends=ns.backends)
     finally:
         if keep:
             keep.close()

@@ -6,9 +6,8 @@ import argparse
 
 import pytest
 
-from fabscope import argtypes, capture, control, hostport
+from fabscope import argtypes, control, hostport
 from fabscope.errors import FabscopeError
-from fabscope.results.requests import split_host_port
 
 GOOD = [
     ("node1", ("node1", 18515)),
@@ -49,6 +48,3 @@ def test_the_host_of_a_reported_address(address: object, host: str | None) -> No
     """Records (local_address, peer_address) and --peer texts: one answer for the path verdict and
     the capture's peer."""
     assert hostport.host_of(address) == host
-    assert split_host_port(address) == host
-    if isinstance(address, str) or address is None:
-        assert capture.peer_host(address) == host

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import hostport
 
-__all__ = ["Request", "local_transport", "parse_ip", "resolve_request", "split_host_port"]
+__all__ = ["Request", "local_transport", "parse_ip", "resolve_request"]
 
 # Settings naming network devices, in the order they are looked at. Values are comma lists;
 # "all"/"any" (or empty) ask for nothing in particular.
@@ -51,11 +51,6 @@ class Request:
     @property
     def name(self) -> str:
         return ",".join(self.names)
-
-
-def split_host_port(address: object) -> str | None:
-    """'10.0.0.1:4000' or '[fe80::1]:4000' or a bare address -> the IP text."""
-    return hostport.host_of(address)
 
 
 def parse_ip(text: str | None) -> IPAddress | None:
@@ -206,7 +201,7 @@ def resolve_request(record: Mapping[str, Any]) -> tuple[Request | None, str | No
     tdev = transport.get("address_owner") or transport.get("device")
     if isinstance(tdev, str) and tdev:
         return Request((tdev,), "bind", bind), None
-    owner = _owner_of(record, parse_ip(split_host_port(bind)))
+    owner = _owner_of(record, parse_ip(hostport.host_of(bind)))
     if owner is not None:
         return Request((owner,), "bind", bind), None
     return None, (

@@ -53,9 +53,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .. import hostport
 from .deltas import DeviceDelta, as_count, counter_deltas
 from .pathtext import format_bytes, pct, summary
-from .requests import Request, local_transport, parse_ip, resolve_request, split_host_port
+from .requests import Request, local_transport, parse_ip, resolve_request
 
 __all__ = ["PATH_SCHEMA", "THRESHOLD", "device_shares", "expected_payload_bytes", "settings_without_effect", "verdict"]
 
@@ -469,9 +470,9 @@ def _judge_side(
 
 def _peer_local_reason(record: Mapping[str, Any]) -> str | None:
     transport = local_transport(record)
-    peer_txt = split_host_port(transport.get("peer_address"))
+    peer_txt = hostport.host_of(transport.get("peer_address"))
     peer = parse_ip(peer_txt)
-    local = parse_ip(split_host_port(transport.get("local_address")))
+    local = parse_ip(hostport.host_of(transport.get("local_address")))
     if peer is None:
         return None
     if peer.is_loopback:
