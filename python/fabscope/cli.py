@@ -12,12 +12,15 @@ import argparse
 import io
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from . import argtypes, compare, control, history
+from . import argtypes
 from .errors import EXIT_OK, EXIT_USAGE, FabscopeError
 from .suite_measure import Measure
+
+if TYPE_CHECKING:
+    from .history import Recorder
 
 DELEGATED = ("devices", "doctor", "testbed")
 
@@ -78,7 +81,7 @@ def _engine_args(ns: argparse.Namespace) -> list[str]:
 
 
 def _run(ns: argparse.Namespace) -> int:
-    from . import plan
+    from . import history, plan
     from .report.render import RENDERERS
     from .results import Result
 
@@ -143,7 +146,7 @@ def _run(ns: argparse.Namespace) -> int:
     return plan.exit_code(outcome)
 
 
-def _reference_lookup(ns: argparse.Namespace, keep: history.Recorder | None) -> Any:
+def _reference_lookup(ns: argparse.Namespace, keep: Recorder | None) -> Any:
     """Each latency result's reference from the history (fabscope/reference.py): the store this run
     writes to, or with --no-store the default one, read only; --reference resolved now."""
     from .reference import ReferenceLookup
@@ -400,6 +403,8 @@ def _suite(ns: argparse.Namespace) -> int:
         ns.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise FabscopeError(f"--out {argtypes.shown(str(ns.out))}: cannot create it: {exc.strerror}", EXIT_USAGE) from exc
+    from . import history
+
     if ns.peer or ns.hosts:  # between two hosts: suite_hosts.py
         from .suite_hosts import run_suite_hosts
 
@@ -449,14 +454,9 @@ class _VersionAction(argparse.Action):
         raise SystemExit(EXIT_OK if ok else 1)
 
 
-def build_parser(with_engine: bool = True) -> Parser:
-    p = Parser(prog="fabscope", description="Measure and diagnose high-speed networks (RDMA, UCX, libfabric, MPI, TCP).")
-    p.add_argument("--version", action=_VersionAction, nargs=0,
-                   help="this fabscope's version, its engine's (one version) and the backends built; exit 1 when "
-                        "the engine is missing or another version")
-    sub = p.add_subparsers(dest="command", parser_class=Parser, required=True)
+def _fill_run(run: Parser, with_engine: bool) -> None:
+    from . import control, history
 
-    run = sub.add_parser("run", help="measure: both ends here (--loopback) or against `fabscope serve` (--peer)")
     where = run.add_mutually_exclusive_group(required=True)
     where.add_argument("--loopback", action="store_true", help="start both engines on this host (127.0.0.1)")
     where.add_argument("--peer", metavar="HOST[:PORT]", type=argtypes.host_port(control.DEFAULT_PORT),
@@ -508,7 +508,11 @@ def build_parser(with_engine: bool = True) -> Parser:
                           "even with --no-store)")
     run.set_defaults(func=_run, check=_check_run)
 
-    srv = sub.add_parser("serve", help="answer `fabscope run --peer` from other hosts, one run at a time")
+
+def _fill_serve(srv: Parser, _with_engine: bool) -> None:
+    from . import control
+    from .serve import add_arguments as add_serve_arguments
+
     srv.add_argument("--bind", default="127.0.0.1", type=argtypes.bind_address,
                      help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
     srv.add_argument("--port", type=argtypes.port(allow_zero=True), default=control.DEFAULT_PORT,
@@ -520,15 +524,17 @@ def build_parser(with_engine: bool = True) -> Parser:
         "--timeout", dest="eng:timeout", metavar="S", default=argparse.SUPPRESS,
         help="seconds without progress before a client counts as gone",
     )
-    from .serve import add_arguments as add_serve_arguments
-
     add_serve_arguments(srv)
     srv.set_defaults(func=_serve, check=_check_serve)
 
-    bk = sub.add_parser("backends", help="list the transport backends this engine was built with")
+
+def _fill_backends(bk: Parser, _with_engine: bool) -> None:
     bk.set_defaults(func=_backends)
 
-    st = sub.add_parser("suite", help="the loopback suite: every available backend and pattern, one comparison table")
+
+def _fill_suite(st: Parser, _with_engine: bool) -> None:
+    from . import control, history
+
     st.add_argument("--out", default="fabscope-report", type=argtypes.output_dir,
                     help="directory for the report files (JSON, CSV, Markdown)")
     st.add_argument("--quick", action="store_true", help="fewer iterations (for tests)")
@@ -553,16 +559,34 @@ def build_parser(with_engine: bool = True) -> Parser:
                           f"(0.1 to 3600; default {SUITE_HOSTS_DEFAULTS['timeout']:g})")
     history.add_store_options(st)
     st.set_defaults(func=_suite, check=_check_suite)
-    history.add_history_parser(sub)
-    compare.add_compare_parser(sub)
 
-    from .matrix.cli import MATRIX_MANAGED
-    from .matrix.cli import add_parsers as add_matrix_parsers
 
-    add_matrix_parsers(sub, (lambda m: _add_engine_options(m, option_table(), MATRIX_MANAGED)) if with_engine else None)
+def _fill_history(h: Parser, _with_engine: bool) -> None:
+    from .history import fill_history_parser
 
-    rp = sub.add_parser("report", help="report files from saved results: one self-contained HTML file with charts, "
-                                       "Markdown tables, CSV")
+    fill_history_parser(h)
+
+
+def _fill_compare(c: Parser, _with_engine: bool) -> None:
+    from .compare import fill_compare_parser
+
+    fill_compare_parser(c)
+
+
+def _fill_matrix(m: Parser, with_engine: bool) -> None:
+    from .engine import option_table
+    from .matrix.cli import MATRIX_MANAGED, fill_matrix_parser
+
+    fill_matrix_parser(m, (lambda p: _add_engine_options(p, option_table(), MATRIX_MANAGED)) if with_engine else None)
+
+
+def _fill_matrix_agent(a: Parser, _with_engine: bool) -> None:
+    from .matrix.cli import fill_agent_parser
+
+    fill_agent_parser(a)
+
+
+def _fill_report(rp: Parser, _with_engine: bool) -> None:
     rp.add_argument("inputs", nargs="+", metavar="FILE|DIR|RUN",
                     help="result files (`run --format json` output, a suite's loopback.jsonl, a matrix JSON), "
                          "directories of them, or stored runs (a run id, latest, latest~N, a tag)")
@@ -577,7 +601,8 @@ def build_parser(with_engine: bool = True) -> Parser:
     rp.add_argument("--no-history", action="store_true", help="leave the history trend charts out")
     rp.set_defaults(func=_report)
 
-    ex = sub.add_parser("exporter", help="serve /metrics for Prometheus: every port counter, fabscope's latest results")
+
+def _fill_exporter(ex: Parser, _with_engine: bool) -> None:
     ex.add_argument("--listen", default="127.0.0.1:9730", type=argtypes.host_port(9730), metavar="ADDR:PORT",
                     help="where to serve /metrics (default 127.0.0.1:9730, loopback; 0.0.0.0:9730 for all)")
     ex.add_argument("--sysfs-root", type=argtypes.existing_dir, default=None, metavar="PATH",
@@ -590,12 +615,48 @@ def build_parser(with_engine: bool = True) -> Parser:
                     help="history store to export the latest results from (default: the default store, if any)")
     ex.set_defaults(func=_exporter)
 
-    for name, helptext in (("devices", "RDMA devices, ports, GIDs and netdevs as sysfs shows them"),
-                           ("doctor", "check the configuration for known pitfalls, each with its fix"),
-                           ("testbed", TESTBED_HELP)):
-        sp = sub.add_parser(name, help=helptext, add_help=False)
-        sp.add_argument("rest", nargs=argparse.REMAINDER)
-        sp.set_defaults(func=None)
+
+def _fill_delegated(sp: Parser, _with_engine: bool) -> None:
+    sp.add_argument("rest", nargs=argparse.REMAINDER)
+    sp.set_defaults(func=None)
+
+
+# Every subcommand: its name, its help line and what fills in its options. A command builds only
+# its own subcommand's options (`fabscope run` does not import serve, compare or the matrix: start-up
+# is paid on every host a launcher starts, and under emulation it is seconds); help and the
+# generated documentation build them all.
+SUBCOMMANDS: tuple[tuple[str, str, Callable[[Parser, bool], None]], ...] = (
+    ("run", "measure: both ends here (--loopback) or against `fabscope serve` (--peer)", _fill_run),
+    ("serve", "answer `fabscope run --peer` from other hosts, one run at a time", _fill_serve),
+    ("backends", "list the transport backends this engine was built with", _fill_backends),
+    ("suite", "the loopback suite: every available backend and pattern, one comparison table", _fill_suite),
+    ("history", "the runs kept in the history store: list, show one, export, check, salvage", _fill_history),
+    ("compare", "compare two sets of results and call regressions (exit 9 on a regression, 10 when a change "
+                "lacks the evidence to call it)", _fill_compare),
+    ("matrix", "the fabric matrix: every pair of N hosts under mpirun/srun, bad nodes, bad links and misrouted "
+               "pairs named with evidence", _fill_matrix),
+    ("matrix-agent", "(started by `fabscope matrix` through the launcher on each host)", _fill_matrix_agent),
+    ("report", "report files from saved results: one self-contained HTML file with charts, Markdown tables, CSV",
+     _fill_report),
+    ("exporter", "serve /metrics for Prometheus: every port counter, fabscope's latest results", _fill_exporter),
+    ("devices", "RDMA devices, ports, GIDs and netdevs as sysfs shows them", _fill_delegated),
+    ("doctor", "check the configuration for known pitfalls, each with its fix", _fill_delegated),
+    ("testbed", TESTBED_HELP, _fill_delegated),
+)
+
+
+def build_parser(with_engine: bool = True, only: str | None = None) -> Parser:
+    """The whole command line; with ``only``, that subcommand's options alone are built (every
+    subcommand is still listed, with its help line, for `fabscope --help` and its errors)."""
+    p = Parser(prog="fabscope", description="Measure and diagnose high-speed networks (RDMA, UCX, libfabric, MPI, TCP).")
+    p.add_argument("--version", action=_VersionAction, nargs=0,
+                   help="this fabscope's version, its engine's (one version) and the backends built; exit 1 when "
+                        "the engine is missing or another version")
+    sub = p.add_subparsers(dest="command", parser_class=Parser, required=True)
+    for name, helptext, fill in SUBCOMMANDS:
+        sp = sub.add_parser(name, help=helptext, add_help=name not in DELEGATED)
+        if only is None or name == only:
+            fill(sp, with_engine)
     return p
 
 
@@ -651,7 +712,8 @@ def main(argv: Sequence[str] | None = None, execute: bool = True) -> int:
         if argv and argv[0] in DELEGATED:
             # These parse their own arguments (argparse's REMAINDER would drop leading options).
             return _delegate(argv[0], argv[1:], execute)
-        parser = build_parser(with_engine=bool(argv) and argv[0] in ("run", "matrix"))
+        command = argv[0] if argv else ""
+        parser = build_parser(with_engine=command in ("run", "matrix"), only=command)
         ns = parser.parse_args(argv)
         if ns.func is None:
             return _delegate(ns.command, ns.rest, execute)

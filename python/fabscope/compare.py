@@ -541,9 +541,8 @@ def render(rows: Sequence[CaseComparison], baseline: Side, current: Side, rule: 
     return "\n".join(lines) + "\n"
 
 
-def add_compare_parser(sub: Any) -> None:  # argparse._SubParsersAction of the CLI's parser class
-    c = sub.add_parser("compare", help="compare two sets of results and call regressions (exit 9 on a regression, "
-                                       "10 when a change lacks the evidence to call it)")
+def fill_compare_parser(c: argparse.ArgumentParser) -> None:
+    """The options of `fabscope compare` (cli.py names the subcommand and its help line)."""
     c.add_argument("baseline", help="run id, latest, latest~N, a tag (all its runs), or result file(s) a.jsonl,b.jsonl")
     c.add_argument("current", help="the same forms")
     c.add_argument("--store", metavar="PATH", default=None, help="history file for run ids and tags")

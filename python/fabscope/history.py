@@ -11,7 +11,6 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from . import argtypes
 from .errors import EXIT_OK, EXIT_USAGE, FabscopeError
@@ -110,8 +109,8 @@ FORMATS = {"list": ("text", "json", "csv"), "show": ("text", "json", "csv"), "ex
            "check": ("text",), "salvage": ("text",)}
 
 
-def add_history_parser(sub: Any) -> None:  # argparse._SubParsersAction of the CLI's parser class
-    h = sub.add_parser("history", help="the runs kept in the history store: list, show one, export, check, salvage")
+def fill_history_parser(h: argparse.ArgumentParser) -> None:
+    """The options of `fabscope history` (cli.py names the subcommand and its help line)."""
     h.add_argument("action", nargs="?", choices=ACTIONS, default="list",
                    help="list runs (default), show RUN, export results (JSON lines with their run, or CSV), "
                         "check the file (SQLite's integrity check), salvage OUT (copy every readable run into a "

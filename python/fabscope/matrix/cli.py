@@ -34,9 +34,9 @@ def pattern_list(value: str) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def add_parsers(sub: Any, add_engine_options: Callable[[argparse.ArgumentParser], None] | None) -> None:
-    m = sub.add_parser("matrix", help="the fabric matrix: every pair of N hosts under mpirun/srun, bad nodes, "
-                                      "bad links and misrouted pairs named with evidence")
+def fill_matrix_parser(m: argparse.ArgumentParser,
+                       add_engine_options: Callable[[argparse.ArgumentParser], None] | None) -> None:
+    """The options of `fabscope matrix` (cli.py names the subcommand and its help line)."""
     where = m.add_mutually_exclusive_group(required=True)
     where.add_argument("--hosts", type=argtypes.host_list, help="H1,H2,...: the hosts (at least 2)")
     where.add_argument("--hostfile", type=argtypes.existing_file,
@@ -92,7 +92,9 @@ def add_parsers(sub: Any, add_engine_options: Callable[[argparse.ArgumentParser]
         add_engine_options(m)
     m.set_defaults(func=run_matrix, check=check_matrix)
 
-    a = sub.add_parser("matrix-agent", help="(started by `fabscope matrix` through the launcher on each host)")
+
+def fill_agent_parser(a: argparse.ArgumentParser) -> None:
+    """The options of `fabscope matrix-agent`."""
     a.add_argument("--coordinator", required=True, metavar="HOST:PORT")
     a.add_argument("--connect-timeout", type=argtypes.finite_float(1, 3600, unit="s"), default=60.0)
     a.add_argument("--idle-timeout", type=argtypes.finite_float(1, 86400, unit="s"), default=600.0)
