@@ -456,9 +456,27 @@ static void test_null_backend(void)
     side_free(&x);
 }
 
+/* A ping-pong whose round trip is longer than 1 ms (each request shows 1.5 ms after it was sent,
+ * as a UCX tag round trip between two emulated guests takes 1.2-1.4 ms): the responder's wait for
+ * the next request is on the initiator's clock, so it must not read its control channel (a
+ * syscall) in it. With a fixed 1 ms stall threshold it did in most waits: 198-591 control polls
+ * for 210 requests; with the threshold at 4 round trips, 5-61 (the 100 ms housekeeping and the
+ * final count). */
+static void test_slow_pingpong_keeps_the_control_channel_out_of_the_wait(void)
+{
+    static struct side c, s;
+    CHECK(run_pair(&c, &s, LIST("op=send", "pattern=lat", "iters=200", "warmup=10", "poll=busy"),
+                   NULL, LIST("null-rx-delay-us=1500")) == 0);
+    CHECK(c.rc == 0 && s.rc == 0 && c.r.samples.n == 200 && s.mine.rx_msgs == 200);
+    CHECK(s.mine.control_polls < 100);
+    CHECK(c.mine.control_polls < 100);
+    side_free(&c), side_free(&s);
+}
+
 int main(void)
 {
     test_null_backend();
+    test_slow_pingpong_keeps_the_control_channel_out_of_the_wait();
     test_lat();
     test_bw();
     test_intervals();

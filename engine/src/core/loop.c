@@ -43,8 +43,9 @@ static void cpu_mark(struct fs_side_view *v, int end)
 /* Housekeeping (control messages, the no-progress deadline, heartbeats) costs a system call. While
  * data flows it runs every FS_HOUSEKEEP_PERIOD_NS: completions and answers show the peer alive,
  * and the channel carries nothing a side needs before its phase ends. A wait that has been quiet
- * for FS_QUIET_NS is different: a stall, or the end of the peer's phase, whose count this side
- * then looks for every FS_QUIET_NS. The loops look at the clock only every FS_CLOCK_EVERY turns,
+ * for FS_QUIET_NS (in a ping-pong: FS_STALL_ROUNDS round trips, when that is longer) is
+ * different: a stall, or the end of the peer's phase, whose count this side then looks for that
+ * often. The loops look at the clock only every FS_CLOCK_EVERY turns,
  * so a busy-polling turn on the measured path pays one increment.
  * Measured (Soft-RoCE between two emulated guests, perftest alternated, six runs each): with a
  * control-socket recv() every 1 ms on each side, the median UC send half round trip was 196 us
@@ -57,6 +58,9 @@ static void cpu_mark(struct fs_side_view *v, int end)
 #define FS_CLOCK_EVERY 64
 #define FS_HOUSEKEEP_PERIOD_NS 100000000ull
 #define FS_QUIET_NS 1000000ull
+/* A ping-pong's wait counts as a stall only once it lasts FS_STALL_ROUNDS of its previous round
+ * trip (and at least FS_QUIET_NS): see stall_after_ns. */
+#define FS_STALL_ROUNDS 4
 #define FS_HEARTBEAT_NS 1000000000ull
 #define FS_BLOCK_SLICE_MS 50
 /* Lossy services: how long after the last arrival (with the sender's count known) the missing
@@ -161,24 +165,41 @@ static int wait_idle(struct fs_run *r, struct fs_err *err)
     return housekeep(r, fs_now_ns(), err);
 }
 
+/* How long a wait of a ping-pong whose previous round trip took `round_ns` lasts before it is a
+ * stall (then housekeeping may run inside it, and the responder looks for the initiator's final
+ * count): FS_STALL_ROUNDS round trips, at least FS_QUIET_NS, at most the housekeeping period (the
+ * no-progress deadline is checked that often, whatever the last round took). A fixed FS_QUIET_NS
+ * was shorter than a whole round trip of UCX tag messages between two emulated guests (1.2-1.4
+ * ms): the responder then read its control channel, a syscall, in about 30 % of its waits for
+ * the next request, on the initiator's clock (control_polls 272-301 per 1000 iterations, against
+ * 15-17 on the initiator), where ucx_perftest's loop makes no syscall of its own. */
+static uint64_t stall_after_ns(uint64_t round_ns)
+{
+    if (round_ns >= FS_HOUSEKEEP_PERIOD_NS / FS_STALL_ROUNDS)
+        return FS_HOUSEKEEP_PERIOD_NS;
+    uint64_t stall = FS_STALL_ROUNDS * round_ns;
+    return stall > FS_QUIET_NS ? stall : FS_QUIET_NS;
+}
+
 /* The periodic look at the clock, at `now`: `events` counts what completed so far in this phase,
  * so a change since the last look is activity (no clock read per message). Housekeeping runs
  * when it is due and not before `not_before`. A side that only lacks the peer's count
  * (`want_count`: a receiver, the responder of a ping-pong) also looks for it once its data path
- * has been quiet for FS_QUIET_NS, and then every FS_QUIET_NS: the phase ends that late at most,
- * and a slow stream's pauses are not filled with control-socket syscalls. (Looking after 50 us
- * of quiet and then every 64 turns made a receiver of 64 KiB UC sends between two emulated
- * guests call recv() tens of thousands of times a second.) */
+ * has been quiet for `quiet_ns` (FS_QUIET_NS, or a ping-pong's stall_after_ns), and then every
+ * `quiet_ns`: the phase ends that late at most, and a slow stream's pauses are not filled with
+ * control-socket syscalls. (Looking after 50 us of quiet and then every 64 turns made a receiver
+ * of 64 KiB UC sends between two emulated guests call recv() tens of thousands of times a
+ * second.) */
 static int tick(struct fs_run *r, uint64_t now, uint64_t events, uint64_t not_before,
-               int want_count, struct fs_err *err)
+               int want_count, uint64_t quiet_ns, struct fs_err *err)
 {
     if (events != r->events_seen) {
         r->events_seen = events;
         r->last_activity_ns = now;
     }
     int due = housekeeping_due(r, now) ||
-              (want_count && r->peer_sent < 0 && now - r->last_activity_ns >= FS_QUIET_NS &&
-               now >= r->last_hk_ns + FS_QUIET_NS);
+              (want_count && r->peer_sent < 0 && now - r->last_activity_ns >= quiet_ns &&
+               now >= r->last_hk_ns + quiet_ns);
     if (!due || now < not_before)
         return 0;
     return housekeep(r, now, err);
@@ -356,17 +377,19 @@ static int pingpong_initiator(struct fs_run *r, uint64_t size, uint64_t n_max, u
      * start of the next operation. At sub-microsecond latencies a second read (~25 ns here)
      * would be a visible part of every sample. */
     uint64_t t0 = start;
+    uint64_t round_ns = 0; /* the last iteration's round trip (0: none yet) */
     while (!bounds_reached(i, n_max, now, t_end)) {
         /* Inside a sample, housekeeping would be measured: it waits for the gap between two
          * iterations unless this wait has itself lasted long enough to be a stall. */
-        const uint64_t stalled_at = t0 + FS_QUIET_NS;
+        const uint64_t stalled_at = t0 + stall_after_ns(round_ns);
         uint64_t got = 0; /* the answer may land while a full queue makes us retry the post */
         int posted;
         while ((posted = r->bops->post(r->be, r->op, size, err)) == 0) {
             if (progress(r, &ev, err))
                 return -1;
             got += active ? ev.rx_done : ev.tx_done;
-            if (tick_due(r, &turns, &ev) && tick(r, fs_now_ns(), i, stalled_at, 0, err))
+            if (tick_due(r, &turns, &ev) &&
+                tick(r, fs_now_ns(), i, stalled_at, 0, FS_QUIET_NS, err))
                 return -1;
         }
         if (posted < 0)
@@ -377,11 +400,13 @@ static int pingpong_initiator(struct fs_run *r, uint64_t size, uint64_t n_max, u
             got += active ? ev.rx_done : ev.tx_done;
             if (got)
                 break;
-            if (tick_due(r, &turns, &ev) && tick(r, fs_now_ns(), i, stalled_at, 0, err))
+            if (tick_due(r, &turns, &ev) &&
+                tick(r, fs_now_ns(), i, stalled_at, 0, FS_QUIET_NS, err))
                 return -1;
         }
         now = fs_now_ns();
-        if (record && fs_samples_push(&r->samples, (double)(now - t0) * scale))
+        round_ns = now - t0;
+        if (record && fs_samples_push(&r->samples, (double)round_ns * scale))
             return fs_fail(err, FS_EXIT_MEASURE, "out of memory storing sample %llu",
                            (unsigned long long)i);
         i++;
@@ -400,11 +425,11 @@ static int pingpong_initiator(struct fs_run *r, uint64_t size, uint64_t n_max, u
 
 /* Answers each arriving message until the initiator says how many it sent.
  * The wait for a request is on the measured path (the initiator's clock runs), so it holds no
- * housekeeping unless it has lasted FS_QUIET_NS: that is a stall, or the initiator is done
- * and its count waits on the control channel. Housekeeping that falls due runs right after a
- * reply is posted instead, where no request can come before the reply has crossed. (Looking for
- * the count after 50 us of quiet put a control-socket syscall into nearly every wait of an
- * emulated device's 200 us half round trips.) */
+ * housekeeping unless it has lasted stall_after_ns of the last round (reply to reply): that is a
+ * stall, or the initiator is done and its count waits on the control channel. Housekeeping that
+ * falls due runs right after a reply is posted instead, where no request can come before the
+ * reply has crossed. (Looking for the count after 50 us of quiet put a control-socket syscall
+ * into nearly every wait of an emulated device's 200 us half round trips.) */
 static int pingpong_responder(struct fs_run *r, uint64_t size, struct fs_side_view *v,
                               struct fs_err *err)
 {
@@ -412,6 +437,7 @@ static int pingpong_responder(struct fs_run *r, uint64_t size, struct fs_side_vi
     unsigned turns = 0;
     struct fs_events ev;
     uint64_t replied_at = fs_now_ns();
+    uint64_t stall_ns = FS_QUIET_NS; /* of the wait for the next request */
     while (r->peer_sent < 0 || rx < (uint64_t)r->peer_sent) {
         if (progress(r, &ev, err))
             return -1;
@@ -428,11 +454,13 @@ static int pingpong_responder(struct fs_run *r, uint64_t size, struct fs_side_vi
         }
         rx += ev.rx_done;
         if (ev.rx_done) {
+            const uint64_t previous = replied_at;
             replied_at = fs_now_ns();
-            if (tick(r, replied_at, rx, 0, 0, err))
+            stall_ns = stall_after_ns(replied_at - previous);
+            if (tick(r, replied_at, rx, 0, 0, FS_QUIET_NS, err))
                 return -1;
         } else if (tick_due(r, &turns, &ev) &&
-                   tick(r, fs_now_ns(), rx, replied_at + FS_QUIET_NS, 1, err)) {
+                   tick(r, fs_now_ns(), rx, replied_at + stall_ns, 1, stall_ns, err)) {
             return -1;
         }
     }
@@ -518,7 +546,7 @@ static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uin
             break;
         if (tick_due(r, &turns, &ev)) {
             now = fs_now_ns();
-            if (tick(r, now, completed + rx, 0, send_done && wait_peer, err))
+            if (tick(r, now, completed + rx, 0, send_done && wait_peer, FS_QUIET_NS, err))
                 return -1;
             if (send_done && phase_over(r, wait_peer, do_recv, rx))
                 break;
