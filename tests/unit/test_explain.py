@@ -356,3 +356,89 @@ def test_rxe_loss_counters_name_loss_and_a_few_stray_retries_do_not() -> None:
     assert clean.explanation is not None and clean.explanation.seen == ()
     cause = {c.cause: c for c in clean.explanation.causes}["retransmission"]
     assert cause.state == "clear" and "a few stray retries" in cause.evidence and "of 608 packets" in cause.evidence
+
+
+BLOCK_LAT = "tcp-send-lat-block-loopback.jsonl"
+
+
+def _cpu_cause(rec: dict[str, Any]) -> Any:
+    (cpu,) = [c for c in explain(rec).causes if c.cause == "cpu"]
+    return cpu
+
+
+def test_a_latency_run_under_the_powersave_governor_names_it_and_performance_names_nothing() -> None:
+    """Cause 4's governor: a latency run whose engine CPU ran under 'powersave' (intel_pstate's default
+    on a bare-metal host) is named with the governor and the fix; 'performance' is clear; this VM's
+    record (no cpufreq) says the governor could not be read."""
+    rec = raw("softroce-verbs-send-lat-stray-retries.jsonl")
+    assert rec["pattern"] == "lat" and rec["transport"]["poll"] == "busy"
+    vm = _cpu_cause(rec)
+    assert vm.state == "clear" and "has no frequency governor to read" in vm.evidence
+    slow = copy.deepcopy(rec)
+    slow["cpu_use"]["local"]["governor"] = "powersave"
+    cpu = _cpu_cause(slow)
+    assert cpu.state == "seen" and "ran under the 'powersave' frequency governor" in cpu.evidence, cpu
+    assert cpu.fix and "cpupower frequency-set -g performance" in cpu.fix and cpu.cost and "clock" in cpu.cost
+    fast = copy.deepcopy(rec)
+    for side in ("local", "peer"):
+        fast["cpu_use"][side]["governor"] = "performance"
+    assert _cpu_cause(fast).state == "clear" and "'performance' frequency governor" in _cpu_cause(fast).evidence
+    bw = raw("softroce-verbs-send-bw-netem-loss.jsonl")
+    bw["cpu_use"]["local"]["governor"] = "powersave"  # a bandwidth run keeps its CPU busy: not judged
+    assert "governor" not in _cpu_cause(bw).evidence
+
+
+def test_a_blocking_latency_run_on_a_deep_idle_driver_is_named_unless_the_latency_is_held() -> None:
+    """Cause 4's C-states: a --poll block latency run whose hosts idle with a driver whose states cost
+    tens of microseconds to leave (haltpoll, intel_idle) pays that per message: named, with
+    --poll busy and --hold-cpu-latency as the fix; held at 0, or this VM's 'none', it is clear."""
+    rec = raw(BLOCK_LAT)
+    assert rec["transport"]["poll"] == "block" and rec["host"]["cpuidle_driver"] == "none"
+    assert _cpu_cause(rec).state == "unchecked"  # the hog check cannot judge a sleeper; nothing seen
+    assert "cpuidle driver 'none'" in _cpu_cause(rec).evidence
+    deep = copy.deepcopy(rec)
+    deep["host"]["cpuidle_driver"] = "intel_idle"
+    cpu = _cpu_cause(deep)
+    assert cpu.state == "seen" and "the local engine waited in the kernel (--poll block)" in cpu.evidence, cpu
+    assert "'intel_idle'" in cpu.evidence and "peer" not in cpu.evidence.split("; ")[0][:9]
+    assert cpu.fix and "--hold-cpu-latency" in cpu.fix and "--poll busy" in cpu.fix
+    text = render_text([parse_record(deep)])
+    assert "# why: cpu: the local engine waited in the kernel" in text
+    held = copy.deepcopy(deep)
+    held["host"]["cpu_dma_latency_held"] = True
+    assert _cpu_cause(held).state == "unchecked" and "held at 0" in _cpu_cause(held).evidence
+    busy = copy.deepcopy(deep)
+    busy["transport"]["poll"] = "busy"  # a spinning engine never idles its CPU
+    assert "cpuidle" not in _cpu_cause(busy).evidence
+
+
+def _with_congestion(rec: dict[str, Any], side: str, counts: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    """The record as an mlx5 port would have reported it: its hw_counters carry the congestion
+    signals (rxe has none), with these (before, after) values on the side's first RDMA port."""
+    out = copy.deepcopy(rec)
+    dev = next(iter(out["counters"][side]["rdma"].values()))
+    for key, (before, after) in counts.items():
+        dev["before"][key], dev["after"][key] = before, after
+    return out
+
+
+def test_congestion_signals_without_loss_are_named_and_quiet_ones_are_counted_as_read() -> None:
+    """Cause 2's congestion signals: ECN-marked packets at the receiver and CNPs handled by the
+    sender's rate limiter are named even when no packet was lost (DCQCN slowed the sender); when
+    they were read and did not move, the clear line says so."""
+    clean = raw("softroce-verbs-send-lat-stray-retries.jsonl")
+    quiet = _with_congestion(clean, "peer", {"np_ecn_marked_roce_packets": (10, 10), "np_cnp_sent": (4, 4)})
+    (ret,) = [c for c in explain(quiet).causes if c.cause == "retransmission"]
+    assert ret.state == "clear" and "no congestion counter moved (2 read)" in ret.evidence, ret
+    marked = _with_congestion(clean, "peer", {"np_ecn_marked_roce_packets": (10, 5010), "np_cnp_sent": (4, 904)})
+    marked = _with_congestion(marked, "local", {"rp_cnp_handled": (0, 900)})
+    (ret,) = [c for c in explain(marked).causes if c.cause == "retransmission"]
+    assert ret.state == "seen", ret
+    assert ret.evidence.startswith("no loss counter moved, but the fabric signalled congestion during the run: ")
+    assert "np_ecn_marked_roce_packets +5,000 on rxe0/1" in ret.evidence and "rp_cnp_handled +900" in ret.evidence
+    assert ret.cost and "DCQCN" in ret.cost and ret.fix and "ECN marking thresholds" in ret.fix
+    lossy = _with_congestion(raw("softroce-verbs-send-bw-netem-loss.jsonl"), "peer",
+                             {"np_ecn_marked_roce_packets": (0, 77)})
+    (ret,) = [c for c in explain(lossy).causes if c.cause == "retransmission"]
+    assert ret.evidence.startswith("during the run: rcvd_seq_err +673") and \
+        ret.evidence.endswith("; the fabric signalled congestion: np_ecn_marked_roce_packets +77 on rxe0/1 (server)")

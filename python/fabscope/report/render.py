@@ -11,12 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from ..results import Result
 from ..results.explain import where_engines_ran
 from ..results.pathtext import render_path_text
-from .markdown import markdown_table
 from .table import Table, cell, from_stored_runs, stored_run, table_for
-
-# cpuidle drivers whose idle states cost tens of microseconds to leave (measured here: haltpoll
-# pays ~40 us per blocking message on a quiet machine).
-DEEP_IDLE_DRIVERS = {"haltpoll", "intel_idle", "acpi_idle"}
 
 
 def groups(results: Iterable[Result]) -> dict[tuple[str, str, str], list[Result]]:
@@ -24,22 +19,6 @@ def groups(results: Iterable[Result]) -> dict[tuple[str, str, str], list[Result]
     for res in results:
         out.setdefault(res.group, []).append(res)
     return out
-
-
-def idle_note(res: Result) -> str | None:
-    """Why a blocking latency run may show wake-up cost, and what to try."""
-    host = res.host
-    if res.pattern != "lat" or res.transport.poll != "block" or host is None:
-        return None
-    driver = host.cpuidle_driver or ""
-    if driver not in DEEP_IDLE_DRIVERS or host.cpu_dma_latency_held:
-        return None
-    return (
-        f"note: this run waited in the kernel (--poll block) while the CPUs idle with cpuidle driver "
-        f"'{driver}' (governor '{host.cpuidle_governor}'). Each wake-up from idle adds its exit "
-        "latency to every message (about 40 us per message on a quiet haltpoll VM). "
-        "Try --poll busy, or --hold-cpu-latency (holds /dev/cpu_dma_latency at 0 during the run)."
-    )
 
 
 def _text_table(t: Table) -> str:
@@ -188,9 +167,6 @@ def render_text(results: Sequence[Result]) -> str:
             out.append(f"# cpu: {ran}")
         out += expected_lines(recs)
         out += why_lines(recs)
-        note = idle_note(recs[0])
-        if note:
-            out.append("# " + note)
         out.append("")
     return "\n".join(out)
 
@@ -221,6 +197,10 @@ def render_csv(results: Sequence[Result]) -> str:
 
 
 def render_md(results: Sequence[Result]) -> str:
+    # Imported here: the Markdown writer brings the comparison charts' module, which a text or JSON
+    # run never needs (start-up is paid on every host a launcher starts).
+    from .markdown import markdown_table
+
     out: list[str] = []
     for (backend, op, pattern), recs in groups(results).items():
         t = table_for(recs)

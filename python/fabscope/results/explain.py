@@ -43,6 +43,11 @@ RDMA_LOSS_COUNTERS = (
     "completer_retry_err", "out_of_sequence", "packet_seq_err", "local_ack_timeout_err",
     "implied_nak_seq_err", "rnr_nak_retry_err",
 )
+# Congestion signals (mlx5 hw_counters; rxe and siw have none): ECN-marked RoCE packets seen by a
+# receiver (the notification point), the CNPs it sent back, and the CNPs a sender's rate limiter
+# handled (DCQCN cut its rate). Not loss, but the same symptom in a bandwidth run: the fabric held
+# the sender back.
+RDMA_CONGESTION_COUNTERS = ("np_ecn_marked_roce_packets", "np_cnp_sent", "rp_cnp_handled")
 # A busy-polling engine owns its CPU: below this share of the phase's wall time on CPU, with the
 # scheduler taking the CPU away at least this often, something else ran there. (A lone busy poller
 # runs > 95 %; two on one CPU get ~50 % each, taken off every few ms.) A blocking engine is not
@@ -50,6 +55,12 @@ RDMA_LOSS_COUNTERS = (
 CPU_SHARE_MIN = 0.80
 CPU_TAKEN_MIN = 20
 CPU_TAKEN_RATE = 20.0
+# Frequency governors that hold the clock low until load shows: a latency run never shows enough.
+# (intel_pstate's 'powersave' with HWP ramps faster than acpi-cpufreq's, but still lags a ping-pong.)
+SLOW_GOVERNORS = frozenset({"powersave", "conservative"})
+# cpuidle drivers whose idle states cost tens of microseconds to leave (measured here: haltpoll
+# pays ~40 us per blocking message on a quiet machine).
+DEEP_IDLE_DRIVERS = frozenset({"haltpoll", "intel_idle", "acpi_idle"})
 # A socket buffer fixed by the user (SO_SNDBUF/SO_RCVBUF: the kernel's autotuning is off for it, and
 # the kernel doubles the value, keeping half for its bookkeeping) limits the window when what the
 # stream had in flight (the rate achieved x TCP_INFO's smoothed round trip) reaches this share of the
@@ -313,21 +324,54 @@ def _counter_loss(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[st
     return moved, read, stray
 
 
+def _congestion(rec: Mapping[str, Any]) -> tuple[list[str], int]:
+    """(evidence of the congestion counters that moved, how many were read) over every RDMA port of
+    both sides."""
+    moved: list[str] = []
+    read = 0
+    counters = _m(rec, "counters")
+    for side in ("local", "peer"):
+        snap = _m(counters, side)
+        host = snap.get("host") or side
+        for name, dev in _m(snap, "rdma").items():
+            if not isinstance(dev, Mapping):
+                continue
+            for key in RDMA_CONGESTION_COUNTERS:
+                d = _delta(dev, key)
+                if d is not None:
+                    read += 1
+                    if d > 0:
+                        moved.append(f"{key} +{_fmt(d)} on {name} ({host})")
+    return moved, read
+
+
 def _retransmission(rec: Mapping[str, Any]) -> Cause:
     local = _m(_m(rec, "transport"), "local")
     moved, read, stray = _counter_loss(rec)
+    # RoCE's congestion counters count RoCE packets: kernel TCP's bytes are not among them.
+    congested, congestion_read = _congestion(rec) if not _tcp_kernel(local) else ([], 0)
     fix_loss = ("find the drop: a queue too small for the burst, a congested or faulty port (ethtool -S, "
                 "tc -s qdisc on the path); for RoCE enable PFC/ECN on the fabric")
+    signalled = ("; the fabric signalled congestion: " + ", ".join(congested)) if congested else ""
     if moved:
-        return Cause("retransmission", "seen", "during the run: " + ", ".join(moved),
+        return Cause("retransmission", "seen", "during the run: " + ", ".join(moved) + signalled,
                      cost="every lost packet is resent after a timeout or NAK; bandwidth sags and latency grows a tail",
                      fix=fix_loss)
+    if congested:
+        return Cause("retransmission", "seen",
+                     "no loss counter moved, but the fabric signalled congestion during the run: " + ", ".join(congested),
+                     cost="ECN marks and the CNPs they return make the sender's rate limiter (DCQCN) cut its rate: "
+                          "bandwidth below the link's, with no packet lost",
+                     fix="find the congested port: traffic from other senders on the same egress (an incast), or a "
+                         "slower link on the path; check the switches' ECN marking thresholds and the NICs' "
+                         "congestion control settings")
     if not _tcp_kernel(local):
         if any(r.rpartition(":")[2] in RDMA_LOSS_COUNTERS for r in read):
+            quiet = f"; no congestion counter moved ({congestion_read} read)" if congestion_read else ""
             if stray:
                 return Cause("retransmission", "clear", f"a few stray retries ({'; '.join(stray)}): below "
-                                                        f"{RDMA_STRAY_RETRIES} and {RETRANS_SHARE:.1%} of the packets")
-            return Cause("retransmission", "clear", f"no loss counter moved ({len(read)} read)")
+                                                        f"{RDMA_STRAY_RETRIES} and {RETRANS_SHARE:.1%} of the packets{quiet}")
+            return Cause("retransmission", "clear", f"no loss counter moved ({len(read)} read){quiet}")
         kind = local.get("kind") or "?"
         return Cause("retransmission", "unchecked",
                      f"the {kind} transport does not report retransmissions, and the counter snapshot holds no "
@@ -464,20 +508,20 @@ def _placement(rec: Mapping[str, Any]) -> Cause:
     return Cause("placement", "unchecked" if unchecked else "clear", "; ".join(unchecked + clear))
 
 
-def _cpu(rec: Mapping[str, Any]) -> Cause:
-    """Another process on an engine's CPU: a busy-polling engine should own its CPU for the whole
-    phase; one that ran for much less than the wall time while the scheduler took the CPU away
-    (involuntary switches) shared it."""
+def _cpu_hog(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    """(seen, clear, unchecked) facts on another process on an engine's CPU: a busy-polling engine
+    should own its CPU for the whole phase; one that ran for much less than the wall time while the
+    scheduler took the CPU away (involuntary switches) shared it."""
     sides = _cpu_sides(rec)
     if not sides:
-        return Cause("cpu", "unchecked", "the record carries no engine CPU use over the measured phase (an engine "
-                                         "older than this front end)")
+        return [], [], ["the record carries no engine CPU use over the measured phase (an engine older than this "
+                        "front end)"]
     if _m(rec, "transport").get("poll") == "block":
         # Measured on the netns testbed: a clean blocking receiver ran 51 % of the phase and was
         # taken off its CPU 648 times a second (the network's softirq work waking it and running
         # beside it), while a hog barely shows (the scheduler favours the sleeper).
-        return Cause("cpu", "unchecked", "a blocking engine (--poll block) sleeps by design: neither its CPU share "
-                                         "nor its switches tell another process on its CPU (--poll busy checks it)")
+        return [], [], ["a blocking engine (--poll block) sleeps by design: neither its CPU share nor its switches "
+                        "tell another process on its CPU (--poll busy checks it)"]
     seen: list[str] = []
     clear: list[str] = []
     for side, cu in sides:
@@ -488,13 +532,69 @@ def _cpu(rec: Mapping[str, Any]) -> Cause:
         facts = (f"the {side} engine {_where(cu)} ran {share:.0%} of the {wall_s:.2f} s phase, "
                  f"taken off its CPU {_fmt(taken)} times ({rate:.0f}/s)")
         shared = share < CPU_SHARE_MIN and taken >= CPU_TAKEN_MIN and rate >= CPU_TAKEN_RATE
-        (seen if shared else clear).append(facts)
-    if seen:
-        return Cause("cpu", "seen", "; ".join(seen) + ": another process shared its CPU",
-                     cost="the time the engine waited for its CPU lands in the latency tail and the bandwidth",
-                     fix="give each engine a CPU of its own (--cpu N, or the launcher's binding) and move what runs "
+        (seen if shared else clear).append(facts + (": another process shared its CPU" if shared else ""))
+    return seen, clear, []
+
+
+def _cpu_power(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    """(seen, clear, unchecked) facts on the CPU's power management during a latency run: a frequency
+    governor that lowers the clock between bursts of work (each message pays the slow clock and the
+    ramp), and a blocking engine's CPU sleeping in an idle state it must wake from for every message.
+    Bandwidth runs keep their CPUs busy, so neither is judged there."""
+    if rec.get("pattern") != "lat":
+        return [], [], []
+    seen: list[str] = []
+    clear: list[str] = []
+    unchecked: list[str] = []
+    for side, cu in _cpu_sides(rec):
+        governor = cu.get("governor")
+        if not isinstance(governor, str) or not governor:
+            unchecked.append(f"the {side} engine's CPU has no frequency governor to read (no cpufreq: a VM, or the "
+                             "firmware sets the clock)")
+        elif governor in SLOW_GOVERNORS:
+            seen.append(f"the {side} engine {_where(cu)} ran under the '{governor}' frequency governor")
+        else:
+            clear.append(f"the {side} engine's CPU ran under the '{governor}' frequency governor")
+    if _m(rec, "transport").get("poll") == "block":
+        for side, host in (("local", "host"), ("peer", "peer_host")):
+            facts = _m(rec, host)
+            driver = facts.get("cpuidle_driver")
+            if not isinstance(driver, str) or not driver:
+                continue
+            if driver in DEEP_IDLE_DRIVERS and not facts.get("cpu_dma_latency_held"):
+                seen.append(f"the {side} engine waited in the kernel (--poll block) while its host's CPUs idle with "
+                            f"cpuidle driver '{driver}' (governor '{facts.get('cpuidle_governor') or '?'}'), "
+                            "/dev/cpu_dma_latency not held")
+            else:
+                held = ", /dev/cpu_dma_latency held at 0" if facts.get("cpu_dma_latency_held") else ""
+                clear.append(f"the {side} host's cpuidle driver '{driver}'{held}")
+    return seen, clear, unchecked
+
+
+def _cpu(rec: Mapping[str, Any]) -> Cause:
+    """What took an engine's CPU from it: another process (any run), or the CPU's own power
+    management (latency runs: the frequency governor, deep idle states of a blocking engine)."""
+    hog_seen, hog_clear, hog_unchecked = _cpu_hog(rec)
+    power_seen, power_clear, power_unchecked = _cpu_power(rec)
+    if hog_seen or power_seen:
+        costs, fixes = [], []
+        if hog_seen:
+            costs.append("the time the engine waited for its CPU lands in the latency tail and the bandwidth")
+            fixes.append("give each engine a CPU of its own (--cpu N, or the launcher's binding) and move what runs "
                          "there (`ps -eLo psr,pid,comm | sort -n` lists who runs where)")
-    return Cause("cpu", "clear", "; ".join(clear))
+        if any("frequency governor" in f for f in power_seen):
+            costs.append("each message runs at the lowered clock and pays its ramp (a latency run is too light "
+                         "for the governor to raise the clock)")
+            fixes.append("the 'performance' governor on both hosts while measuring (`cpupower frequency-set -g "
+                         "performance`, or the firmware's performance profile)")
+        if any("cpuidle driver" in f for f in power_seen):
+            costs.append("every message wakes the CPU from idle and adds that state's exit latency (about 40 us per "
+                         "message on a quiet haltpoll VM, measured)")
+            fixes.append("--poll busy, or --hold-cpu-latency (holds /dev/cpu_dma_latency at 0 during the run), or "
+                         "shallower idle states (`cpupower idle-set -D 10`)")
+        return Cause("cpu", "seen", "; ".join(hog_seen + power_seen), cost="; ".join(costs), fix="; ".join(fixes))
+    facts = "; ".join(hog_unchecked + hog_clear + power_clear + power_unchecked)
+    return Cause("cpu", "unchecked" if hog_unchecked else "clear", facts)
 
 
 def _buffer_fixed(rec: Mapping[str, Any], option: str) -> int:
