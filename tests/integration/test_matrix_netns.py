@@ -98,6 +98,54 @@ def test_slow_pair_is_a_bad_link_and_neither_host_is_bad() -> None:
         assert all(SLOW_GBPS[0] < v < SLOW_GBPS[1] for v in d["values"])
 
 
+def _lossy_pair(a: str, b: str, rate: str, queue_bytes: int) -> None:
+    """Between a and b only, the switch forwards at ``rate`` through a queue of ``queue_bytes``: what
+    does not fit is dropped (this kernel has no netem). Each switch port gets htb with an unshaped
+    default class and one class for the other host's fabric address; the hosts' own shaping stays."""
+    for src, dst in ((a, b), (b, a)):
+        port = f"{dst.removeprefix('fs-')}-fabric"
+        tc = ["tc", "-n", netns.SWITCH_NS]
+        subprocess.run([*tc, "qdisc", "replace", "dev", port, "root", "handle", "1:", "htb", "default", "1"],
+                       check=True, timeout=10)
+        subprocess.run([*tc, "class", "add", "dev", port, "parent", "1:", "classid", "1:1", "htb", "rate", "10gbit",
+                        "quantum", "1514"],
+                       check=True, timeout=10)
+        subprocess.run([*tc, "class", "add", "dev", port, "parent", "1:", "classid", "1:2", "htb", "rate", rate,
+                        "burst", "15k", "cburst", "15k", "quantum", "1514"], check=True, timeout=10)
+        subprocess.run([*tc, "qdisc", "add", "dev", port, "parent", "1:2", "bfifo", "limit", str(queue_bytes)],
+                       check=True, timeout=10)
+        subprocess.run([*tc, "filter", "add", "dev", port, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+                        "match", "ip", "src", f"{netns.fabric_ip(src)}/32", "flowid", "1:2"], check=True, timeout=10)
+
+
+def test_lossy_link_and_rate_limited_link_get_different_diagnoses() -> None:
+    """Issue 20's matrix plant: two slow links in one matrix, slowed in two ways. fs-a <-> fs-b is
+    shaped at the hosts (a rate limit: TCP paces into it, nothing is dropped); fs-c <-> fs-d crosses a
+    switch queue too small for TCP's bursts (loss: the senders retransmit). Both are bad links; the
+    first is diagnosed as a rate limit, the second as loss, each from its own pairs' records."""
+    with shaped_hosts(4) as hosts:
+        netns.shape_pair("fs-a", "fs-b", SLOW)
+        _lossy_pair("fs-c", "fs-d", "25mbit", 15000)
+        rc, doc, err = matrix(hosts, "--pattern", "bw", "--device", "fabric0", *QUICK, *RULE)
+    assert sorted(findings(doc)) == [("link", ["fs-a", "fs-b"]), ("link", ["fs-c", "fs-d"])], err
+    assert rc == 8
+    why = {tuple(f["hosts"]): f for f in doc["findings"]}
+    shaped, lossy = why[("fs-a", "fs-b")], why[("fs-c", "fs-d")]
+    assert shaped["diagnosis"].startswith("no loss, no retransmission seen: a rate limit"), shaped
+    assert [c["cause"] for c in shaped["causes"] if c["cause"] == "retransmission"] == [], shaped
+    assert lossy["diagnosis"].startswith("loss (retransmissions or drops)"), lossy
+    (loss,) = [c for c in lossy["causes"] if c["cause"] == "retransmission"]
+    assert loss["pairs"] == loss["of"] and loss["of"] >= 2, loss  # every slow direction of it saw the loss
+    assert "retransmitted" in loss["evidence"] and loss["fix"], loss
+    # The ground truth behind each: the lossy pair's records count retransmitted segments, the shaped
+    # pair's count none.
+    def retransmitted(a: str, b: str) -> list[int]:
+        return [p["transport"]["local"]["phase_retransmitted_segments"] for p in doc["pairs"]
+                if {p["src_host"], p["dst_host"]} == {a, b}]
+    assert all(n > 0 for n in retransmitted("fs-c", "fs-d")), retransmitted("fs-c", "fs-d")
+    assert retransmitted("fs-a", "fs-b") and not any(retransmitted("fs-a", "fs-b"))
+
+
 def test_clean_testbed_five_runs_no_findings() -> None:
     with shaped_hosts(4) as hosts:
         results = [matrix(hosts, "--pattern", "bw", "--device", "fabric0", *QUICK, *RULE) for _ in range(5)]

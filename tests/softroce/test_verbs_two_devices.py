@@ -49,6 +49,9 @@ SLOW_RAIL = "--op write --pattern bw --sizes 64K --iters 1000"
 EXPLAIN_RUN = "fabscope run --peer server:18516 --backend verbs --device rxe0 --timeout 60 --format json"
 CLEAN = {**{f"clean-lat-{i}": "--op send --pattern lat --sizes 64 --iters 200" for i in range(10)},
          **{f"clean-bw-{i}": "--op write --pattern bw --sizes 64K --iters 300" for i in range(10)}}
+# Segmentation over RDMA, on the clean link: 1,056 B over the QPs' path MTU of 1,024 B is a full
+# packet and a 32 B one per message (the 64 KiB clean runs are 64 full packets each).
+SEGMENTED = {"seg-send-bw": "--op send --pattern bw --sizes 1056 --iters 300"}
 PLANTED = [
     ("ip link set eth0 mtu 4200", {"mtu-send-bw": "--op send --pattern bw --sizes 64K --iters 300"}),
     ("ip link set eth0 mtu 1500; modprobe sch_netem; tc qdisc add dev eth0 root netem loss 3%",
@@ -79,7 +82,7 @@ def two_rails(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Last, as it stays: the client's eth1 shaped to 10 Mbit/s (about a sixth of what rxe0 moves
     # here), for the slow-rail case.
     lines += [f"{EXPLAIN_RUN} {args} > /out/{name}.json 2> /out/{name}.err; echo $? > /out/{name}.rc"
-              for name, args in CLEAN.items()]
+              for name, args in {**CLEAN, **SEGMENTED}.items()]
     lines += ["modprobe sch_tbf; tc qdisc add dev eth1 root tbf rate 10mbit burst 16k latency 100ms",
               f"{RUN} {SLOW_RAIL} > /out/slow-rail.json 2> /out/slow-rail.err; echo $? > /out/slow-rail.rc"]
     for plant, runs in PLANTED:
@@ -226,6 +229,20 @@ def test_clean_runs_between_the_guests_name_no_cause(two_rails: Path) -> None:
     bw = _record(two_rails, "clean-bw-0")
     assert bw["transport"]["local"]["rate_gbps"] == 10, bw["transport"]["local"].get("rate_source")
     assert 8.5 < bw["explanation"]["expected_gbps"] < 10, bw["explanation"]["expected_basis"]
+
+
+@pytest.mark.softroce
+def test_a_message_just_over_the_path_mtu_is_named_as_segmentation(two_rails: Path) -> None:
+    """RDMA segmentation (cause 7): 1,056 B messages over a 1,024 B path MTU end in a 32 B packet
+    each; named with the packets per message and the sizes that avoid it. The 64 KiB clean runs,
+    exact multiples of the path MTU, name nothing (test_clean_runs_between_the_guests_name_no_cause)."""
+    rec = _record(two_rails, "seg-send-bw")
+    seen = _seen(rec)
+    assert "1,056 B per message over path MTU 1,024 B: 2 packets per message, the last one 32 B" \
+        in seen.get("segmentation", ""), rec["explanation"]
+    assert set(seen) == {"segmentation"}, seen
+    (seg,) = [c for c in rec["explanation"]["causes"] if c["cause"] == "segmentation"]
+    assert "at most 1,024 B or about 2,048 B" in seg["fix"], seg
 
 
 @pytest.mark.softroce
