@@ -11,50 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "counters.h"
 #include "sysfs.h"
-
-/* /proc/net/snmp of this project's CI machine (Linux 6.1), copied whole: the TCP segment counters
- * the snapshot keeps for transports whose sockets fabscope does not own. */
-static const char SNMP[] =
-    "Ip: Forwarding DefaultTTL InReceives InHdrErrors InAddrErrors ForwDatagrams InUnknownProtos "
-    "InDiscards InDelivers OutRequests OutDiscards OutNoRoutes ReasmTimeout ReasmReqds ReasmOKs "
-    "ReasmFails FragOKs FragFails FragCreates OutTransmits\n"
-    "Ip: 2 64 36595470 0 0 0 0 0 36595129 36283547 0 0 0 0 0 0 0 0 0 36283547\n"
-    "Icmp: InMsgs InErrors InCsumErrors InDestUnreachs InTimeExcds InParmProbs InSrcQuenchs "
-    "InRedirects InEchos InEchoReps InTimestamps InTimestampReps InAddrMasks InAddrMaskReps OutMsgs "
-    "OutErrors OutRateLimitGlobal OutRateLimitHost OutDestUnreachs OutTimeExcds OutParmProbs "
-    "OutSrcQuenchs OutRedirects OutEchos OutEchoReps OutTimestamps OutTimestampReps OutAddrMasks "
-    "OutAddrMaskReps\n"
-    "Icmp: 4 0 0 4 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"
-    "IcmpMsg: InType3\n"
-    "IcmpMsg: 4\n"
-    "Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets "
-    "CurrEstab InSegs OutSegs RetransSegs InErrs OutRsts InCsumErrors\n"
-    "Tcp: 1 200 120000 -1 136679 118056 20707 57082 2 36360432 36337468 3600 0 73708 0\n"
-    "Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors InCsumErrors "
-    "IgnoredMulti MemErrors\n"
-    "Udp: 229 4 0 233 0 0 0 0 0\n";
-
-static void test_tcp_snmp(void)
-{
-    uint64_t out = 0, retrans = 0;
-    CHECK(fs_tcp_snmp_parse(SNMP, &out, &retrans) == 0);
-    CHECK(out == 36337468 && retrans == 3600);
-    /* Columns found by name, not position; MaxConn's -1 is not one of them. */
-    CHECK(fs_tcp_snmp_parse("Tcp: RetransSegs MaxConn OutSegs\nTcp: 7 -1 90\n", &out, &retrans) == 0);
-    CHECK(out == 90 && retrans == 7);
-    /* A kernel without one of the two columns, a value that is not a count, no value line. */
-    CHECK(fs_tcp_snmp_parse("Tcp: InSegs OutSegs\nTcp: 1 2\n", &out, &retrans) == -1);
-    CHECK(fs_tcp_snmp_parse("Tcp: OutSegs RetransSegs\nTcp: 5 x\n", &out, &retrans) == -1);
-    CHECK(fs_tcp_snmp_parse("Tcp: OutSegs RetransSegs\nTcp: 5 -3\n", &out, &retrans) == -1);
-    CHECK(fs_tcp_snmp_parse("Tcp: OutSegs RetransSegs\n", &out, &retrans) == -1);
-    CHECK(fs_tcp_snmp_parse("", &out, &retrans) == -1);
-    /* This host's own file parses, and a snapshot carries it. */
-    static struct fs_cnt_snap snap;
-    fs_counters_snap(&snap);
-    CHECK(snap.have_tcp == 1);
-}
 
 static void put(const char *dir, const char *name, const char *text)
 {
@@ -78,7 +35,6 @@ static int ndevs(const char *port, char out[][FS_SYSFS_NDEV_LEN])
 
 int main(void)
 {
-    test_tcp_snmp();
     /* The netdev of a RoCE port, each once: six GID slots name ens1f0; in a pod the first four
      * are empty. */
     char nd[4][FS_SYSFS_NDEV_LEN];

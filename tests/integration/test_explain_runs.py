@@ -134,33 +134,6 @@ def test_netns_tcp_names_retransmissions_under_loss_and_nothing_clean(plain_test
     assert "retransmitted" in cause["evidence"] and "TCP_INFO" in cause["evidence"] and cause["fix"]
 
 
-@pytest.mark.netns
-@nh.needs_root
-def test_netns_ucx_over_tcp_names_the_hosts_retransmissions_under_loss(plain_testbed: None) -> None:
-    """UCX's tcp transport owns its sockets, so no TCP_INFO of fabscope's own: the loss shows in the
-    sending host's TCP counters (/proc/net/snmp of its network namespace), which the engine snapshots
-    around the run. The same 20,000 B queue toward the receiver as the tcp case above."""
-    args = ("--backend", "ucx", "--ucx-tls", "tcp", "--iters", "1000")
-    clean = bw_over_fabric(*args)
-    assert clean["transport"]["local"]["transports"] == ["tcp"] and clean["path"]["verdict"] == "verified"
-    assert cause(clean, "retransmission")["state"] == "clear", clean["explanation"]
-    assert "/proc/net/snmp" in cause(clean, "retransmission")["evidence"]
-    assert [c for c in seen(clean) if c != "cpu"] == [], clean["explanation"]
-    port = "b-fabric"
-    subprocess.run(["tc", "-n", netns.SWITCH_NS, "qdisc", "replace", "dev", port, "root", "tbf", "rate", "100mbit",
-                    "burst", "20000", "limit", "20000"], check=True, timeout=10)
-    try:
-        lossy = bw_over_fabric(*args)
-    finally:
-        subprocess.run(["tc", "-n", netns.SWITCH_NS, "qdisc", "del", "dev", port, "root"], check=False, timeout=10)
-    assert "retransmission" in seen(lossy), lossy["explanation"]
-    loss = cause(lossy, "retransmission")
-    assert loss["evidence"].startswith("UCX's tcp transport: ") and " (local) sent " in loss["evidence"], loss
-    assert "TCP segments again during the run (/proc/net/snmp, host-wide" in loss["evidence"] and loss["fix"]
-    tcp = lossy["counters"]["local"]["tcp"]
-    assert tcp["after"]["retrans_segs"] - tcp["before"]["retrans_segs"] >= 20
-
-
 def cause(rec: dict[str, Any], name: str) -> dict[str, Any]:
     (c,) = [c for c in rec["explanation"]["causes"] if c["cause"] == name]
     return c

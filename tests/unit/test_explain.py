@@ -442,32 +442,3 @@ def test_congestion_signals_without_loss_are_named_and_quiet_ones_are_counted_as
     (ret,) = [c for c in explain(lossy).causes if c.cause == "retransmission"]
     assert ret.evidence.startswith("during the run: rcvd_seq_err +673") and \
         ret.evidence.endswith("; the fabric signalled congestion: np_ecn_marked_roce_packets +77 on rxe0/1 (server)")
-
-
-def _with_host_tcp(rec: dict[str, Any], side: str, out: tuple[int, int], again: tuple[int, int]) -> dict[str, Any]:
-    """The record with the host TCP counters (/proc/net/snmp, before and after) an engine of this
-    version snapshots, on one side."""
-    r = copy.deepcopy(rec)
-    r["counters"][side]["tcp"] = {"before": {"out_segs": out[0], "retrans_segs": again[0]},
-                                  "after": {"out_segs": out[1], "retrans_segs": again[1]}}
-    return r
-
-
-def test_transports_on_sockets_fabscope_does_not_own_are_judged_by_the_hosts_tcp_counters() -> None:
-    """libfabric's tcp provider and MPI's tcp btl own their sockets: loss shows in the sending host's
-    TCP retransmissions (the netns UCX case is planted for real in test_explain_runs.py). Without the
-    counters (a record of an older engine) the cause is unchecked, saying why."""
-    ofi = raw("ofi-send-bw-loopback.jsonl")
-    assert states(ofi)["retransmission"] == "unchecked"
-    lost = _with_host_tcp(ofi, "local", (1000, 51000), (0, 900))
-    (ret,) = [c for c in explain(lost).causes if c.cause == "retransmission"]
-    assert ret.state == "seen" and ret.evidence.startswith("libfabric's tcp provider: "), ret
-    assert "sent 900 of its 50,000 TCP segments again during the run (/proc/net/snmp, host-wide" in ret.evidence
-    few = _with_host_tcp(ofi, "local", (1000, 51000), (0, 12))  # a few host-wide: below 20
-    assert states(few)["retransmission"] == "clear"
-    mpi = raw("mpi-openmpi-lat-mca-tcp-if.jsonl")  # lat: both sides send
-    both = _with_host_tcp(_with_host_tcp(mpi, "local", (0, 4000), (0, 0)), "peer", (0, 4000), (5, 205))
-    (ret,) = [c for c in explain(both).causes if c.cause == "retransmission"]
-    assert ret.state == "seen" and ret.evidence.startswith("MPI's tcp btl: ") and "(peer) sent 200 of" in ret.evidence
-    verbs = _with_host_tcp(raw("softroce-verbs-send-lat-stray-retries.jsonl"), "local", (0, 4000), (0, 900))
-    assert states(verbs)["retransmission"] == "clear"  # RDMA: the host's TCP is only the control connection

@@ -11,7 +11,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -151,87 +150,12 @@ static struct fs_cnt_dev *next_slot(struct fs_cnt_snap *s)
     return NULL;
 }
 
-/* The whitespace-separated field `idx` (0 = the "Tcp:" tag) of `line`, up to its end; NULL past it. */
-static const char *snmp_field(const char *line, int idx, size_t *len)
-{
-    const char *p = line;
-    for (int i = 0;; i++) {
-        while (*p == ' ')
-            p++;
-        if (!*p || *p == '\n')
-            return NULL;
-        size_t n = strcspn(p, " \n");
-        if (i == idx) {
-            *len = n;
-            return p;
-        }
-        p += n;
-    }
-}
-
-int fs_tcp_snmp_parse(const char *text, uint64_t *out_segs, uint64_t *retrans_segs)
-{
-    const char *head = NULL, *p = text;
-    while (p && *p) {
-        if (strncmp(p, "Tcp: ", 5) == 0) {
-            if (!head) {
-                head = p;
-            } else {
-                int found = 0;
-                for (int i = 1;; i++) {
-                    size_t hl, vl;
-                    const char *h = snmp_field(head, i, &hl);
-                    const char *v = snmp_field(p, i, &vl);
-                    if (!h || !v)
-                        break;
-                    uint64_t *dst = hl == 7 && strncmp(h, "OutSegs", 7) == 0        ? out_segs
-                                    : hl == 11 && strncmp(h, "RetransSegs", 11) == 0 ? retrans_segs
-                                                                                     : NULL;
-                    if (!dst)
-                        continue;
-                    char num[32];
-                    char *end;
-                    if (vl == 0 || vl >= sizeof num)
-                        return -1;
-                    memcpy(num, v, vl);
-                    num[vl] = 0;
-                    *dst = strtoull(num, &end, 10);
-                    if (*end || num[0] == '-')
-                        return -1;
-                    found++;
-                }
-                return found == 2 ? 0 : -1;
-            }
-        }
-        p = strchr(p, '\n');
-        if (p)
-            p++;
-    }
-    return -1;
-}
-
-static void read_tcp_snmp(struct fs_cnt_snap *s)
-{
-    char text[8192];
-    s->have_tcp = 0;
-    int fd = open("/proc/net/snmp", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n <= 0)
-        return;
-    text[n] = 0;
-    s->have_tcp = fs_tcp_snmp_parse(text, &s->tcp_out_segs, &s->tcp_retrans_segs) == 0;
-}
-
 void fs_counters_snap(struct fs_cnt_snap *s)
 {
     const char *root = fs_sysfs_root();
     char path[1024];
     s->n = 0;
     s->not_read = 0;
-    read_tcp_snmp(s);
     snprintf(path, sizeof path, "%s/class/net", root);
     DIR *d = opendir(path);
     struct dirent *e;
@@ -299,15 +223,6 @@ cJSON *fs_counters_json(const struct fs_cnt_snap *before, const struct fs_cnt_sn
         }
         cJSON_AddItemToObject(d, "before", values(b));
         cJSON_AddItemToObject(d, "after", values(a));
-    }
-    if (before->have_tcp && after->have_tcp) {
-        cJSON *tcp = cJSON_AddObjectToObject(o, "tcp");
-        const struct fs_cnt_snap *snaps[2] = {before, after};
-        for (int k = 0; k < 2; k++) {
-            cJSON *t = cJSON_AddObjectToObject(tcp, k ? "after" : "before");
-            fs_json_add_u64(t, "out_segs", snaps[k]->tcp_out_segs);
-            fs_json_add_u64(t, "retrans_segs", snaps[k]->tcp_retrans_segs);
-        }
     }
     size_t lost = before->not_read > after->not_read ? before->not_read : after->not_read;
     if (lost) {

@@ -30,22 +30,12 @@ struct fs_cnt_snap {
     size_t n;
     size_t not_read; /* netdevs and RDMA ports past FS_CNT_MAX_DEV: reported, not read */
     struct fs_cnt_dev dev[FS_CNT_MAX_DEV];
-    /* This network namespace's TCP segments sent and sent again (/proc/net/snmp): the
-     * retransmissions of TCP sockets fabscope does not own (UCX's tcp transport, libfabric's tcp
-     * provider, MPI's tcp btl), host-wide. have_tcp: both were read. */
-    int have_tcp;
-    uint64_t tcp_out_segs, tcp_retrans_segs;
 };
-
-/* OutSegs and RetransSegs from the text of /proc/net/snmp (the "Tcp:" header line names the
- * columns of the "Tcp:" line after it). 0 with both found, -1 otherwise. */
-int fs_tcp_snmp_parse(const char *text, uint64_t *out_segs, uint64_t *retrans_segs);
 
 /* sysfs root from FABSCOPE_SYSFS_ROOT (tests) or /sys. */
 void fs_counters_snap(struct fs_cnt_snap *s);
-/* {"host":..., "net": {dev: {before, after}}, "rdma": {dev/port: {link_layer, before, after}},
- * "tcp": {before, after} (out_segs, retrans_segs; when read both times)}, plus "truncated":
- * {"limit", "not_read"} when the host has more devices than a snapshot holds. */
+/* {"host":..., "net": {dev: {before, after}}, "rdma": {dev/port: {link_layer, before, after}}},
+ * plus "truncated": {"limit", "not_read"} when the host has more devices than a snapshot holds. */
 struct cJSON *fs_counters_json(const struct fs_cnt_snap *before, const struct fs_cnt_snap *after);
 /* A warning for the record when a side's counters (fs_counters_json's object; who = "local" or
  * "peer") say devices were not read. */

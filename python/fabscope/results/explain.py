@@ -345,58 +345,6 @@ def _congestion(rec: Mapping[str, Any]) -> tuple[list[str], int]:
     return moved, read
 
 
-def _sockets_not_ours(local: Mapping[str, Any]) -> str | None:
-    """What sent the payload through kernel TCP sockets fabscope does not own (so no TCP_INFO of
-    its own): UCX's tcp transport, libfabric's tcp-based providers, MPI's tcp btl; None otherwise."""
-    kind = local.get("kind")
-    if kind == "ucx" and "tcp" in (local.get("transports") or []):
-        return "UCX's tcp transport"
-    if kind == "ofi" and str(local.get("provider") or "").split(";")[0] in ("tcp", "sockets", "net"):
-        return f"libfabric's {str(local.get('provider')).split(';')[0]} provider"
-    if kind == "mpi":
-        btl = _m(local.get("selected") if isinstance(local.get("selected"), Mapping) else {}, "btl")
-        if any("tcp" in v for v in btl.values() if isinstance(v, list)):
-            return "MPI's tcp btl"
-    return None
-
-
-def _host_tcp(rec: Mapping[str, Any], side: str) -> tuple[int, int] | None:
-    """(segments sent, segments sent again) by ``side``'s host during the run (/proc/net/snmp)."""
-    tcp = _m(_m(_m(rec, "counters"), side), "tcp")
-    out, again = _delta(tcp, "out_segs"), _delta(tcp, "retrans_segs")
-    return (out, again) if out is not None and again is not None else None
-
-
-def _host_tcp_retransmission(rec: Mapping[str, Any], sender: str, fix_loss: str) -> Cause:
-    """Loss under a transport whose TCP sockets are not fabscope's: the sending hosts' TCP
-    retransmissions over the run, host-wide (every socket of the host's network namespace counts,
-    so the share is of all its segments)."""
-    parts: list[str] = []
-    unread: list[str] = []
-    seen = False
-    for side in _senders(rec):
-        delta = _host_tcp(rec, side)
-        host = _m(_m(rec, "counters"), side).get("host") or side
-        if delta is None:
-            unread.append(side)
-            continue
-        out, again = delta
-        parts.append(f"{host} ({side}) sent {_fmt(again)} of its {_fmt(out)} TCP segments again")
-        seen = seen or (again >= RDMA_STRAY_RETRIES and again >= RETRANS_SHARE * out)
-    if not parts:
-        return Cause("retransmission", "unchecked",
-                     f"{sender} owns its TCP sockets and the record carries no host TCP counters (/proc/net/snmp: "
-                     "an engine older than this front end)")
-    fact = (f"{sender}: " + ", ".join(parts) + " during the run (/proc/net/snmp, host-wide: every TCP socket of "
-            "the host counts)" + (f"; {' and '.join(unread)} side not reported" if unread else ""))
-    if seen:
-        return Cause("retransmission", "seen", fact,
-                     cost="each retransmission halves TCP's congestion window and waits for duplicate ACKs or a "
-                          "timeout: the stream stalls and restarts",
-                     fix=fix_loss)
-    return Cause("retransmission", "clear", fact)
-
-
 def _retransmission(rec: Mapping[str, Any]) -> Cause:
     local = _m(_m(rec, "transport"), "local")
     moved, read, stray = _counter_loss(rec)
@@ -417,9 +365,6 @@ def _retransmission(rec: Mapping[str, Any]) -> Cause:
                      fix="find the congested port: traffic from other senders on the same egress (an incast), or a "
                          "slower link on the path; check the switches' ECN marking thresholds and the NICs' "
                          "congestion control settings")
-    sender = _sockets_not_ours(local)
-    if sender:
-        return _host_tcp_retransmission(rec, sender, fix_loss)
     if not _tcp_kernel(local):
         if any(r.rpartition(":")[2] in RDMA_LOSS_COUNTERS for r in read):
             quiet = f"; no congestion counter moved ({congestion_read} read)" if congestion_read else ""
