@@ -15,7 +15,7 @@ bug (tests/integration/test_explain_runs.py plants each and proves silence).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -284,19 +284,25 @@ def _carriers(rec: Mapping[str, Any], side: str) -> list[str]:
     return [d for d in out if isinstance(d, str)]
 
 
+def _rdma_ports(rec: Mapping[str, Any], side: str) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
+    """(host, port name, its counters) for every RDMA port of ``side``'s counter snapshot."""
+    snap = _m(_m(rec, "counters"), side)
+    host = snap.get("host") or side
+    for name, dev in _m(snap, "rdma").items():
+        if isinstance(dev, Mapping):
+            yield host, name, dev
+
+
 def _counter_loss(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
     """(evidence of loss counters that moved, names of the counters that were read, stray RDMA
     retries too few to count) over the carrying netdevs and every RDMA port of both sides."""
     moved: list[str] = []
     read: list[str] = []
     stray: list[str] = []
-    counters = _m(rec, "counters")
     for side in ("local", "peer"):
-        snap = _m(counters, side)
+        snap = _m(_m(rec, "counters"), side)
         host = snap.get("host") or side
-        for name, dev in _m(snap, "rdma").items():
-            if not isinstance(dev, Mapping):
-                continue
+        for _, name, dev in _rdma_ports(rec, side):
             events: list[str] = []
             total = 0
             for key in RDMA_LOSS_COUNTERS:
@@ -329,13 +335,8 @@ def _congestion(rec: Mapping[str, Any]) -> tuple[list[str], int]:
     both sides."""
     moved: list[str] = []
     read = 0
-    counters = _m(rec, "counters")
     for side in ("local", "peer"):
-        snap = _m(counters, side)
-        host = snap.get("host") or side
-        for name, dev in _m(snap, "rdma").items():
-            if not isinstance(dev, Mapping):
-                continue
+        for host, name, dev in _rdma_ports(rec, side):
             for key in RDMA_CONGESTION_COUNTERS:
                 d = _delta(dev, key)
                 if d is not None:
@@ -536,11 +537,10 @@ def _cpu_hog(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
     return seen, clear, []
 
 
-def _cpu_power(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
-    """(seen, clear, unchecked) facts on the CPU's power management during a latency run: a frequency
-    governor that lowers the clock between bursts of work (each message pays the slow clock and the
-    ramp), and a blocking engine's CPU sleeping in an idle state it must wake from for every message.
-    Bandwidth runs keep their CPUs busy, so neither is judged there."""
+def _cpu_governor(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    """(seen, clear, unchecked) facts on each engine CPU's frequency governor during a latency run:
+    one that lowers the clock between bursts of work makes each message pay the slow clock and the
+    ramp. Bandwidth runs keep their CPUs busy: not judged."""
     if rec.get("pattern") != "lat":
         return [], [], []
     seen: list[str] = []
@@ -555,46 +555,57 @@ def _cpu_power(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]
             seen.append(f"the {side} engine {_where(cu)} ran under the '{governor}' frequency governor")
         else:
             clear.append(f"the {side} engine's CPU ran under the '{governor}' frequency governor")
-    if _m(rec, "transport").get("poll") == "block":
-        for side, host in (("local", "host"), ("peer", "peer_host")):
-            facts = _m(rec, host)
-            driver = facts.get("cpuidle_driver")
-            if not isinstance(driver, str) or not driver:
-                continue
-            if driver in DEEP_IDLE_DRIVERS and not facts.get("cpu_dma_latency_held"):
-                seen.append(f"the {side} engine waited in the kernel (--poll block) while its host's CPUs idle with "
-                            f"cpuidle driver '{driver}' (governor '{facts.get('cpuidle_governor') or '?'}'), "
-                            "/dev/cpu_dma_latency not held")
-            else:
-                held = ", /dev/cpu_dma_latency held at 0" if facts.get("cpu_dma_latency_held") else ""
-                clear.append(f"the {side} host's cpuidle driver '{driver}'{held}")
     return seen, clear, unchecked
+
+
+def _cpu_idle(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
+    """(seen, clear, unchecked) facts on a blocking latency run's idle states: each message wakes
+    a CPU that sleeps in a state it must leave. A spinning engine never idles its CPU."""
+    if rec.get("pattern") != "lat" or _m(rec, "transport").get("poll") != "block":
+        return [], [], []
+    seen: list[str] = []
+    clear: list[str] = []
+    for side, host in (("local", "host"), ("peer", "peer_host")):
+        facts = _m(rec, host)
+        driver = facts.get("cpuidle_driver")
+        if not isinstance(driver, str) or not driver:
+            continue
+        if driver in DEEP_IDLE_DRIVERS and not facts.get("cpu_dma_latency_held"):
+            seen.append(f"the {side} engine waited in the kernel (--poll block) while its host's CPUs idle with "
+                        f"cpuidle driver '{driver}' (governor '{facts.get('cpuidle_governor') or '?'}'), "
+                        "/dev/cpu_dma_latency not held")
+        else:
+            held = ", /dev/cpu_dma_latency held at 0" if facts.get("cpu_dma_latency_held") else ""
+            clear.append(f"the {side} host's cpuidle driver '{driver}'{held}")
+    return seen, clear, []
+
+
+# What each check of the cpu cause costs and how to fix it, when it sees something.
+CPU_HOG_COST = "the time the engine waited for its CPU lands in the latency tail and the bandwidth"
+CPU_HOG_FIX = ("give each engine a CPU of its own (--cpu N, or the launcher's binding) and move what runs there "
+               "(`ps -eLo psr,pid,comm | sort -n` lists who runs where)")
+GOVERNOR_COST = ("each message runs at the lowered clock and pays its ramp (a latency run is too light for the "
+                 "governor to raise the clock)")
+GOVERNOR_FIX = ("the 'performance' governor on both hosts while measuring (`cpupower frequency-set -g performance`, "
+                "or the firmware's performance profile)")
+IDLE_COST = ("every message wakes the CPU from idle and adds that state's exit latency (about 40 us per message on "
+             "a quiet haltpoll VM, measured)")
+IDLE_FIX = ("--poll busy, or --hold-cpu-latency (holds /dev/cpu_dma_latency at 0 during the run), or shallower "
+            "idle states (`cpupower idle-set -D 10`)")
 
 
 def _cpu(rec: Mapping[str, Any]) -> Cause:
     """What took an engine's CPU from it: another process (any run), or the CPU's own power
     management (latency runs: the frequency governor, deep idle states of a blocking engine)."""
-    hog_seen, hog_clear, hog_unchecked = _cpu_hog(rec)
-    power_seen, power_clear, power_unchecked = _cpu_power(rec)
-    if hog_seen or power_seen:
-        costs, fixes = [], []
-        if hog_seen:
-            costs.append("the time the engine waited for its CPU lands in the latency tail and the bandwidth")
-            fixes.append("give each engine a CPU of its own (--cpu N, or the launcher's binding) and move what runs "
-                         "there (`ps -eLo psr,pid,comm | sort -n` lists who runs where)")
-        if any("frequency governor" in f for f in power_seen):
-            costs.append("each message runs at the lowered clock and pays its ramp (a latency run is too light "
-                         "for the governor to raise the clock)")
-            fixes.append("the 'performance' governor on both hosts while measuring (`cpupower frequency-set -g "
-                         "performance`, or the firmware's performance profile)")
-        if any("cpuidle driver" in f for f in power_seen):
-            costs.append("every message wakes the CPU from idle and adds that state's exit latency (about 40 us per "
-                         "message on a quiet haltpoll VM, measured)")
-            fixes.append("--poll busy, or --hold-cpu-latency (holds /dev/cpu_dma_latency at 0 during the run), or "
-                         "shallower idle states (`cpupower idle-set -D 10`)")
-        return Cause("cpu", "seen", "; ".join(hog_seen + power_seen), cost="; ".join(costs), fix="; ".join(fixes))
-    facts = "; ".join(hog_unchecked + hog_clear + power_clear + power_unchecked)
-    return Cause("cpu", "unchecked" if hog_unchecked else "clear", facts)
+    hog, governor, idle = _cpu_hog(rec), _cpu_governor(rec), _cpu_idle(rec)
+    seen = [(found, cost, fix) for (found, _, _), cost, fix in
+            ((hog, CPU_HOG_COST, CPU_HOG_FIX), (governor, GOVERNOR_COST, GOVERNOR_FIX), (idle, IDLE_COST, IDLE_FIX))
+            if found]
+    if seen:
+        return Cause("cpu", "seen", "; ".join(f for found, _, _ in seen for f in found),
+                     cost="; ".join(cost for _, cost, _ in seen), fix="; ".join(fix for _, _, fix in seen))
+    facts = hog[2] + hog[1] + governor[1] + idle[1] + governor[2]
+    return Cause("cpu", "unchecked" if hog[2] else "clear", "; ".join(facts))
 
 
 def _buffer_fixed(rec: Mapping[str, Any], option: str) -> int:
