@@ -208,3 +208,34 @@ def test_netns_twenty_clean_runs_name_nothing(plain_testbed: None) -> None:
     assert len(recs) == 20 and all(r["path"]["verdict"] == "verified" for r in recs)
     assert {i: (r["pattern"], seen(r)) for i, r in enumerate(recs) if seen(r)} == {}, \
         [r["explanation"] for r in recs if seen(r)]
+
+
+@pytest.mark.netns
+@nh.needs_root
+def test_netns_ucx_over_tcp_names_its_own_sockets_retransmissions_under_loss(plain_testbed: None) -> None:
+    """UCX's tcp transport opens its own sockets, so the tcp backend's TCP_INFO is not there: the
+    engine reads TCP_INFO of the library's sockets from its own file descriptors (the control
+    connection left out), so neither the host's other sockets nor the mgmt network count. The same
+    20,000 B queue toward the receiver as the tcp case above."""
+    args = ("--backend", "ucx", "--ucx-tls", "tcp", "--iters", "1000")
+    clean = bw_over_fabric(*args)
+    assert clean["transport"]["local"]["transports"] == ["tcp"] and clean["path"]["verdict"] == "verified"
+    assert cause(clean, "retransmission")["state"] == "clear", clean["explanation"]
+    assert "TCP_INFO of the library's sockets" in cause(clean, "retransmission")["evidence"]
+    assert [c for c in seen(clean) if c != "cpu"] == [], clean["explanation"]
+    socks = clean["counters"]["local"]["tcp_sockets"]
+    # 1,000 x 64 KiB is at least 45,000 data segments at fabric0's MSS of 1,448 B.
+    assert socks["sockets"] >= 1 and socks["data_segs_out"] >= 45000, socks
+    port = "b-fabric"
+    subprocess.run(["tc", "-n", netns.SWITCH_NS, "qdisc", "replace", "dev", port, "root", "tbf", "rate", "100mbit",
+                    "burst", "20000", "limit", "20000"], check=True, timeout=10)
+    try:
+        lossy = bw_over_fabric(*args)
+    finally:
+        subprocess.run(["tc", "-n", netns.SWITCH_NS, "qdisc", "del", "dev", port, "root"], check=False, timeout=10)
+    assert "retransmission" in seen(lossy), lossy["explanation"]
+    loss = cause(lossy, "retransmission")
+    assert loss["evidence"].startswith("UCX's tcp transport: the client sent "), loss
+    assert "data segments again on its" in loss["evidence"] and loss["fix"]
+    assert lossy["counters"]["local"]["tcp_sockets"]["total_retrans"] >= 20
+

@@ -442,3 +442,38 @@ def test_congestion_signals_without_loss_are_named_and_quiet_ones_are_counted_as
     (ret,) = [c for c in explain(lossy).causes if c.cause == "retransmission"]
     assert ret.evidence.startswith("during the run: rcvd_seq_err +673") and \
         ret.evidence.endswith("; the fabric signalled congestion: np_ecn_marked_roce_packets +77 on rxe0/1 (server)")
+
+
+def _with_library_sockets(rec: dict[str, Any], side: str, out: int, again: int, dsack: int = 0) -> dict[str, Any]:
+    """The record with what the engine of this version reads of the transport library's own TCP
+    sockets (TCP_INFO from its file descriptors, deltas over the run) on one side."""
+    r = copy.deepcopy(rec)
+    r["counters"][side]["tcp_sockets"] = {"sockets": 1, "data_segs_out": out, "total_retrans": again,
+                                          "dsack_dups": dsack}
+    return r
+
+
+def test_transports_on_the_librarys_own_sockets_are_judged_by_those_sockets() -> None:
+    """libfabric's tcp provider and MPI's tcp btl open their own sockets: their TCP_INFO, read by
+    the engine from its file descriptors, holds the loss (the netns UCX case is planted for real in
+    test_explain_runs.py). Without it (a record of an older engine) the cause is unchecked."""
+    ofi = raw("ofi-send-bw-loopback.jsonl")
+    assert states(ofi)["retransmission"] == "unchecked"
+    lost = _with_library_sockets(ofi, "local", 50000, 900)
+    (ret,) = [c for c in explain(lost).causes if c.cause == "retransmission"]
+    assert ret.state == "seen" and ret.evidence.startswith(
+        "libfabric's tcp provider: the client sent 900 of 50,000 data segments again on its 1 socket"), ret
+    assert "(~1.8% of its data segments)" in ret.evidence and ret.fix
+    # Below 0.5 % of the data segments, or only retransmissions the receiver already had: clear.
+    assert states(_with_library_sockets(ofi, "local", 50000, 200))["retransmission"] == "clear"
+    dup = _with_library_sockets(ofi, "local", 50000, 900, dsack=900)
+    (ret,) = [c for c in explain(dup).causes if c.cause == "retransmission"]
+    assert ret.state == "clear" and "900 reported back as duplicates" in ret.evidence
+    mpi = raw("mpi-openmpi-lat-mca-tcp-if.jsonl")  # lat: both sides send
+    both = _with_library_sockets(_with_library_sockets(mpi, "local", 4000, 0), "peer", 4000, 200)
+    (ret,) = [c for c in explain(both).causes if c.cause == "retransmission"]
+    assert ret.state == "seen" and ret.evidence.startswith("MPI's tcp btl: the client sent 0 of 4,000") and \
+        "the server sent 200 of 4,000" in ret.evidence
+    # RDMA: a TCP socket in the engine is not the payload's path; the RDMA counters judge it.
+    verbs = _with_library_sockets(raw("softroce-verbs-send-lat-stray-retries.jsonl"), "local", 4000, 900)
+    assert states(verbs)["retransmission"] == "clear"

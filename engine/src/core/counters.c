@@ -150,8 +150,9 @@ static struct fs_cnt_dev *next_slot(struct fs_cnt_snap *s)
     return NULL;
 }
 
-void fs_counters_snap(struct fs_cnt_snap *s)
+void fs_counters_snap(struct fs_cnt_snap *s, int ctl_fd)
 {
+    fs_tcp_socks_snap(&s->socks, ctl_fd);
     const char *root = fs_sysfs_root();
     char path[1024];
     s->n = 0;
@@ -224,6 +225,9 @@ cJSON *fs_counters_json(const struct fs_cnt_snap *before, const struct fs_cnt_sn
         cJSON_AddItemToObject(d, "before", values(b));
         cJSON_AddItemToObject(d, "after", values(a));
     }
+    cJSON *socks = fs_tcp_socks_json(&before->socks, &after->socks);
+    if (socks)
+        cJSON_AddItemToObject(o, "tcp_sockets", socks);
     size_t lost = before->not_read > after->not_read ? before->not_read : after->not_read;
     if (lost) {
         /* More netdevs and RDMA ports than a snapshot holds: say so rather than stop silently. */

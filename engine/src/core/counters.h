@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tcp_sockets.h"
+
 struct cJSON;
 
 #define FS_CNT_MAX_DEV 128
@@ -30,12 +32,16 @@ struct fs_cnt_snap {
     size_t n;
     size_t not_read; /* netdevs and RDMA ports past FS_CNT_MAX_DEV: reported, not read */
     struct fs_cnt_dev dev[FS_CNT_MAX_DEV];
+    /* The transport library's TCP sockets in this process (tcp_sockets.h). */
+    struct fs_tcp_socks socks;
 };
 
-/* sysfs root from FABSCOPE_SYSFS_ROOT (tests) or /sys. */
-void fs_counters_snap(struct fs_cnt_snap *s);
-/* {"host":..., "net": {dev: {before, after}}, "rdma": {dev/port: {link_layer, before, after}}},
- * plus "truncated": {"limit", "not_read"} when the host has more devices than a snapshot holds. */
+/* sysfs root from FABSCOPE_SYSFS_ROOT (tests) or /sys; the process's TCP sockets but `ctl_fd`
+ * (the control connection). */
+void fs_counters_snap(struct fs_cnt_snap *s, int ctl_fd);
+/* {"host":..., "net": {dev: {before, after}}, "rdma": {dev/port: {link_layer, before, after}},
+ * "tcp_sockets": fs_tcp_socks_json}, plus "truncated": {"limit", "not_read"} when the host has
+ * more devices than a snapshot holds. */
 struct cJSON *fs_counters_json(const struct fs_cnt_snap *before, const struct fs_cnt_snap *after);
 /* A warning for the record when a side's counters (fs_counters_json's object; who = "local" or
  * "peer") say devices were not read. */

@@ -279,7 +279,7 @@ static int size_phases(struct fs_run *r, uint64_t size, struct fs_side_view *min
      * up to a socket buffer (and a shaped link's queue) earlier, so a snapshot taken then missed
      * the tail of the payload and the sender's path verdict fell short of it. The server sends
      * its snapshot; the client, which prints the record, attaches it to the peer's message. */
-    fs_counters_snap(&r->cnt_after);
+    fs_counters_snap(&r->cnt_after, r->ctl.fd);
     cJSON *cnt = fs_counters_json(&r->cnt_before, &r->cnt_after);
     if (r->is_server) {
         cJSON *m = cJSON_CreateObject();
@@ -309,7 +309,7 @@ static int prepare_size(struct fs_run *r, uint64_t size, struct fs_err *err)
             err->code = FS_EXIT_MEASURE;
         return -1;
     }
-    fs_counters_snap(&r->cnt_before);
+    fs_counters_snap(&r->cnt_before, r->ctl.fd);
     return 0;
 }
 

@@ -346,6 +346,58 @@ def _congestion(rec: Mapping[str, Any]) -> tuple[list[str], int]:
     return moved, read
 
 
+def _sockets_not_ours(local: Mapping[str, Any]) -> str | None:
+    """What sent the payload through kernel TCP sockets that the transport library opened (so no
+    TCP_INFO through fabscope's backend): UCX's tcp transport, libfabric's tcp-based providers,
+    MPI's tcp btl; None otherwise."""
+    kind = local.get("kind")
+    if kind == "ucx" and "tcp" in (local.get("transports") or []):
+        return "UCX's tcp transport"
+    provider = str(local.get("provider") or "").split(";")[0]
+    if kind == "ofi" and provider in ("tcp", "sockets", "net"):
+        return f"libfabric's {provider} provider"
+    if kind == "mpi":
+        selected = local.get("selected")
+        btl = _m(selected if isinstance(selected, Mapping) else {}, "btl")
+        if any("tcp" in v for v in btl.values() if isinstance(v, list)):
+            return "MPI's tcp btl"
+    return None
+
+
+def _library_sockets_retransmission(rec: Mapping[str, Any], sender: str, fix_loss: str) -> Cause:
+    """Loss under a transport whose TCP sockets the library opened: TCP_INFO of those sockets, read
+    by the engine from its own file descriptors (counters.*.tcp_sockets: data segments sent and
+    sent again over the run, matched socket by socket, the control connection left out)."""
+    parts: list[str] = []
+    unread: list[str] = []
+    total = segments = 0
+    for side in _senders(rec):
+        socks = _m(_m(_m(rec, "counters"), side), "tcp_sockets")
+        out, again = _n(socks, "data_segs_out"), _n(socks, "total_retrans")
+        if out is None or again is None:
+            unread.append(side)
+            continue
+        spurious = min(again, _n(socks, "dsack_dups") or 0)
+        total += again - spurious
+        segments += out
+        n = _n(socks, "sockets") or 0
+        parts.append(f"{'the client' if side == 'local' else 'the server'} sent {_fmt(again)} of {_fmt(out)} data "
+                     f"segments again on its {_fmt(n)} socket{'' if n == 1 else 's'}"
+                     + (f" ({_fmt(spurious)} reported back as duplicates: late ACKs, not loss)" if spurious else ""))
+    if not parts:
+        return Cause("retransmission", "unchecked",
+                     f"{sender} opens its own TCP sockets and the record carries no TCP_INFO of them "
+                     "(counters.*.tcp_sockets: an engine older than this front end)")
+    fact = (f"{sender}: " + ", ".join(parts) + " during the run (TCP_INFO of the library's sockets in the engine)"
+            + (f"; {' and '.join(unread)} side not reported" if unread else ""))
+    if total and total >= RETRANS_SHARE * segments:
+        return Cause("retransmission", "seen", fact + f" (~{total / max(segments, 1):.1%} of its data segments)",
+                     cost="each retransmission halves TCP's congestion window and waits for duplicate ACKs or a "
+                          "timeout: the stream stalls and restarts",
+                     fix=fix_loss)
+    return Cause("retransmission", "clear", fact)
+
+
 def _retransmission(rec: Mapping[str, Any]) -> Cause:
     local = _m(_m(rec, "transport"), "local")
     moved, read, stray = _counter_loss(rec)
@@ -366,6 +418,9 @@ def _retransmission(rec: Mapping[str, Any]) -> Cause:
                      fix="find the congested port: traffic from other senders on the same egress (an incast), or a "
                          "slower link on the path; check the switches' ECN marking thresholds and the NICs' "
                          "congestion control settings")
+    sender = _sockets_not_ours(local)
+    if sender:
+        return _library_sockets_retransmission(rec, sender, fix_loss)
     if not _tcp_kernel(local):
         if any(r.rpartition(":")[2] in RDMA_LOSS_COUNTERS for r in read):
             quiet = f"; no congestion counter moved ({congestion_read} read)" if congestion_read else ""
