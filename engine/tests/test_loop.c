@@ -412,6 +412,9 @@ static void test_deadline(void)
                    LIST("null-stall-after=20"), NULL) == 0);
     CHECK(c.rc == -1 && c.err.code == FS_EXIT_PEER && strstr(c.err.msg, "no progress for 2.0 s"));
     CHECK(s.rc == -1 && s.err.code == FS_EXIT_PEER && strstr(s.err.msg, "no progress for 2.0 s"));
+    /* ... and the message says what the heartbeats prove: the peer lives, its data path stalled. */
+    CHECK(strstr(c.err.msg, "is alive") && strstr(c.err.msg, "the data path stalled"));
+    CHECK(strstr(s.err.msg, "is alive") && strstr(s.err.msg, "the data path stalled"));
     CHECK(c.r.samples.n == 20); /* the 21st post is the one that never completes */
     CHECK(c.seconds >= 2.0 && c.seconds < 3.0 && s.seconds < 3.0); /* not a deadline later */
     side_free(&c), side_free(&s);
@@ -421,6 +424,8 @@ static void test_deadline(void)
                                 "timeout=0.5", "poll=block"),
                    LIST("null-stall-after=500"), NULL) == 0);
     CHECK(c.rc == -1 && c.err.code == FS_EXIT_PEER && strstr(c.err.msg, "no progress for 0.5 s"));
+    /* Half a second: no heartbeat (1 s) was heard, so nothing proves the peer alive. */
+    CHECK(strstr(c.err.msg, "stopped answering") && !strstr(c.err.msg, "is alive"));
     CHECK(s.rc == -1 && s.err.code == FS_EXIT_PEER && strstr(s.err.msg, "no progress for 0.5 s"));
     CHECK(c.seconds >= 0.5 && c.seconds < 2.0 && s.seconds < 2.0);
     side_free(&c), side_free(&s);

@@ -103,6 +103,7 @@ static int housekeep_pass(struct fs_run *r, uint64_t now, struct fs_err *err)
     r->hk_passes++;
     while ((rc = fs_ctl_poll(&r->ctl, &m, err)) == 1) {
         const char *t = fs_ctl_type(m);
+        r->peer_heard_ns = now;
         if (strcmp(t, "heartbeat") != 0 || r->idle_side)
             r->last_activity_ns = now;
         if (strcmp(t, "sent") == 0) {
@@ -130,6 +131,14 @@ static int housekeep_pass(struct fs_run *r, uint64_t now, struct fs_err *err)
     }
     if (rc < 0)
         return -1;
+    /* The peer heard within two of its heartbeat periods: alive, yet nothing moved. */
+    if (now - r->last_activity_ns > r->timeout_ns && now - r->peer_heard_ns < 2 * FS_HEARTBEAT_NS)
+        return fs_fail(err, FS_EXIT_PEER,
+                       "no progress for %.1f s: no data moved, yet the peer %s is alive (its "
+                       "heartbeats arrive on the control channel): the data path stalled (packets lost again and again "
+                       "with ever longer retransmission timeouts, a queue that does not drain, or "
+                       "the transport's flow control). Results measured so far are kept",
+                       (double)r->timeout_ns / 1e9, r->ctl.peer_desc);
     if (now - r->last_activity_ns > r->timeout_ns)
         return fs_fail(err, FS_EXIT_PEER,
                        "no progress for %.1f s: the peer %s stopped answering (killed, hung, or "
@@ -580,6 +589,7 @@ int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs
     r->peer_sent = -1;
     r->last_activity_ns = r->last_heartbeat_ns = fs_now_ns();
     r->last_hk_ns = r->last_activity_ns;
+    r->peer_heard_ns = 0; /* nothing heard in this phase yet */
     r->hk_passes = 0;
     r->ctl_failed = 0;
     r->events_seen = 0;

@@ -65,6 +65,9 @@ struct fs_run {
      * alive, not that the data path works, and must not hide a stuck run. */
     int idle_side;
     uint64_t last_heartbeat_ns;
+    /* When the peer last said anything on the control channel (a heartbeat too): past the
+     * no-progress deadline, a peer heard from lately is alive and its data path stalled. */
+    uint64_t peer_heard_ns;
     uint64_t last_hk_ns;  /* when housekeeping last ran (it is due FS_HOUSEKEEP_PERIOD_NS on) */
     uint64_t hk_passes;   /* housekeeping passes in this phase */
     int ctl_failed;       /* this phase failed on the control channel (not the data path) */
