@@ -176,7 +176,7 @@ def test_bandwidth_over_a_shaped_fabric_never_exceeds_the_shaped_rate(
     so the first completes after most bytes arrived). A loaded machine only lowers the rate.
     The deadline is 20 s, not 5: in one clean-clone CI run of about ten, Open MPI's stream over
     the shaped veth moved nothing for 5 s and the receiving rank ended the run (not reproduced in
-    40 runs since, loaded or not; the engine now says whether the peer was alive then). This test
+    15 runs since, loaded or not; the engine now says whether the peer was alive then). This test
     is about the rate's upper bound, not the stall."""
     rc, recs, err = run(testbed, "run", "--backend", "mpi", "--pattern", "bw", "--sizes", "1M", "--iters", "100",
                         "--warmup", "50", "--timeout", "20", "--mpi", mpi, "--hosts", "fs-a,fs-b", "--device", "fabric0")
