@@ -1,6 +1,6 @@
 """`run --capture FILE.pcap`: the run's packets, taken by tcpdump on the device's netdev, and a
 summary per InfiniBand BTH opcode decoded by tshark (Wireshark's maintained dissector; no packet
-parsing here: tshark gives the fields, ``tshark -G values`` the opcode names).
+parsing here: tshark gives the fields; the opcode names are its own, in capture_opcodes.py).
 
 tcpdump starts before the engine and must say it is listening, so a missing privilege
 (CAP_NET_RAW) is a clear error before anything is measured; a snap length and a packet cap keep a
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from . import hostport
+from .capture_opcodes import BTH_OPCODE_NAMES
 from .errors import EXIT_MEASURE, EXIT_USAGE, FabscopeError
 
 __all__ = ["Capture", "capture_filter", "netdev_for", "render_summary", "summarise"]
@@ -180,39 +181,6 @@ def _tshark() -> str:
     return path
 
 
-def _opcode_names(tshark: str) -> dict[int, str]:
-    """Wireshark's own names of the BTH opcodes (``tshark -G values``), kept per tshark binary in the
-    user's cache (``$XDG_CACHE_HOME/fabscope``): the table is a fact of that binary, and listing it
-    costs a whole tshark start-up per capture otherwise."""
-    import json
-
-    st = os.stat(tshark)
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fabscope" / \
-        f"bth-opcodes-{st.st_ino}-{st.st_size}-{st.st_mtime_ns}.json"
-    try:
-        return {int(k): str(v) for k, v in json.loads(cache.read_text()).items()}
-    except (OSError, ValueError, AttributeError):
-        pass
-    out = subprocess.run([tshark, "-G", "values"], capture_output=True, text=True, timeout=120, check=False)
-    names: dict[int, str] = {}
-    for line in out.stdout.splitlines():
-        parts = line.split("\t")
-        if len(parts) >= 4 and parts[0] == "V" and parts[1] == "infiniband.bth.opcode":
-            try:
-                names[int(parts[2], 0)] = parts[3]
-            except ValueError:
-                continue
-    if names:
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(names))
-            tmp.replace(cache)
-        except OSError:
-            pass  # an unwritable cache costs the next capture a tshark start-up, nothing else
-    return names
-
-
 def summarise(path: Path, timeout_s: float = 600.0) -> dict[str, Any]:
     """Packets and bytes per BTH opcode, PSN gaps and repeats per destination QP, NAK syndromes;
     the RC request streams read as their responder reads them (``sequence``); where packets went
@@ -226,7 +194,7 @@ def summarise(path: Path, timeout_s: float = 600.0) -> dict[str, Any]:
     out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, check=False)
     if out.returncode != 0:
         raise FabscopeError(f"--capture: tshark could not read {path}: {out.stderr.strip()[:300]}", EXIT_MEASURE)
-    names = _opcode_names(tshark)
+    names = BTH_OPCODE_NAMES
     per_opcode: dict[int, dict[str, int]] = {}
     last_psn: dict[str, int] = {}
     gaps = repeats = 0
