@@ -15,7 +15,7 @@ bug (tests/integration/test_explain_runs.py plants each and proves silence).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -303,15 +303,7 @@ def _counter_loss(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[st
         snap = _m(_m(rec, "counters"), side)
         host = snap.get("host") or side
         for _, name, dev in _rdma_ports(rec, side):
-            events: list[str] = []
-            total = 0
-            for key in RDMA_LOSS_COUNTERS:
-                d = _delta(dev, key)
-                if d is not None:
-                    read.append(f"{name}:{key}")
-                    if d > 0:
-                        events.append(f"{key} +{_fmt(d)} on {name} ({host})")
-                        total += d
+            events, total = _moved(dev, name, host, RDMA_LOSS_COUNTERS, read)
             packets = max(_delta(dev, "hw_sent_pkts") or _delta(dev, "port_xmit_packets") or 0,
                           _delta(dev, "hw_rcvd_pkts") or _delta(dev, "port_rcv_packets") or 0)
             if total >= RDMA_STRAY_RETRIES and total >= RETRANS_SHARE * packets:
@@ -320,30 +312,34 @@ def _counter_loss(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[st
                 stray.append(f"{', '.join(events)} of {_fmt(packets)} packets")
         net = _m(snap, "net")
         for name in _carriers(rec, side):
-            dev = _m(net, name)
-            for key in NETDEV_LOSS_COUNTERS:
-                d = _delta(dev, key)
-                if d is not None:
-                    read.append(f"{name}:{key}")
-                    if d > 0:
-                        moved.append(f"{key} +{_fmt(d)} on {name} ({host})")
+            moved += _moved(_m(net, name), name, host, NETDEV_LOSS_COUNTERS, read)[0]
     return moved, read, stray
+
+
+def _moved(dev: Mapping[str, Any], name: str, host: str, keys: Sequence[str], read: list[str]) -> tuple[list[str], int]:
+    """(evidence of the counters among ``keys`` that moved on device ``name``, their sum); each one
+    found is added to ``read`` as NAME:KEY."""
+    events: list[str] = []
+    total = 0
+    for key in keys:
+        d = _delta(dev, key)
+        if d is not None:
+            read.append(f"{name}:{key}")
+            if d > 0:
+                events.append(f"{key} +{_fmt(d)} on {name} ({host})")
+                total += d
+    return events, total
 
 
 def _congestion(rec: Mapping[str, Any]) -> tuple[list[str], int]:
     """(evidence of the congestion counters that moved, how many were read) over every RDMA port of
     both sides."""
     moved: list[str] = []
-    read = 0
+    read: list[str] = []
     for side in ("local", "peer"):
         for host, name, dev in _rdma_ports(rec, side):
-            for key in RDMA_CONGESTION_COUNTERS:
-                d = _delta(dev, key)
-                if d is not None:
-                    read += 1
-                    if d > 0:
-                        moved.append(f"{key} +{_fmt(d)} on {name} ({host})")
-    return moved, read
+            moved += _moved(dev, name, host, RDMA_CONGESTION_COUNTERS, read)[0]
+    return moved, len(read)
 
 
 def _sockets_not_ours(local: Mapping[str, Any]) -> str | None:
@@ -381,17 +377,33 @@ def _library_sockets_retransmission(rec: Mapping[str, Any], sender: str, fix_los
         total += again - spurious
         segments += out
         n = _n(socks, "sockets") or 0
-        parts.append(f"{'the client' if side == 'local' else 'the server'} sent {_fmt(again)} of {_fmt(out)} data "
-                     f"segments again on its {_fmt(n)} socket{'' if n == 1 else 's'}"
-                     + (f" ({_fmt(spurious)} reported back as duplicates: late ACKs, not loss)" if spurious else ""))
+        parts.append(f"{_who(side)} sent {_fmt(again)} of {_fmt(out)} data segments again on its {_fmt(n)} "
+                     f"socket{'' if n == 1 else 's'}" + _duplicates(spurious))
     if not parts:
         return Cause("retransmission", "unchecked",
                      f"{sender} opens its own TCP sockets and the record carries no TCP_INFO of them "
                      "(counters.*.tcp_sockets: an engine older than this front end)")
-    fact = (f"{sender}: " + ", ".join(parts) + " during the run (TCP_INFO of the library's sockets in the engine)"
-            + (f"; {' and '.join(unread)} side not reported" if unread else ""))
-    if total and total >= RETRANS_SHARE * segments:
-        return Cause("retransmission", "seen", fact + f" (~{total / max(segments, 1):.1%} of its data segments)",
+    share = total / segments if segments else 0.0
+    return _tcp_judged(f"{sender}: " + ", ".join(parts) + " during the run (TCP_INFO of the library's sockets in "
+                       "the engine)", unread, total, share, f" (~{share:.1%} of its data segments)", fix_loss)
+
+
+def _who(side: str) -> str:
+    return "the client" if side == "local" else "the server"
+
+
+def _duplicates(spurious: int) -> str:
+    return f" ({_fmt(spurious)} reported back as duplicates: late ACKs, not loss)" if spurious else ""
+
+
+def _tcp_judged(fact: str, unread: list[str], total: int, share: float | None, share_text: str,
+                fix_loss: str) -> Cause:
+    """TCP's retransmissions (less the duplicates) judged: seen at RETRANS_SHARE of the segments,
+    or at any count where the segments are unknown."""
+    if unread:
+        fact += f"; {' and '.join(unread)} side not reported"
+    if total and (share is None or share >= RETRANS_SHARE):
+        return Cause("retransmission", "seen", fact + share_text,
                      cost="each retransmission halves TCP's congestion window and waits for duplicate ACKs or a "
                           "timeout: the stream stalls and restarts",
                      fix=fix_loss)
@@ -446,23 +458,14 @@ def _retransmission(rec: Mapping[str, Any]) -> Cause:
         total += n - spurious
         if mss:
             segments += -(-size // mss) * iters
-        parts.append(f"{'the client' if side == 'local' else 'the server'} retransmitted {_fmt(n)} segment"
-                     f"{'' if n == 1 else 's'}" + (f" ({_fmt(spurious)} reported back as duplicates: late ACKs, "
-                                                    "not loss)" if spurious else ""))
+        parts.append(f"{_who(side)} retransmitted {_fmt(n)} segment{'' if n == 1 else 's'}" + _duplicates(spurious))
     if not parts:
         return Cause("retransmission", "unchecked",
                      "the record carries no TCP_INFO retransmission count (an engine from before 0.2)")
     share = total / segments if segments else None
-    fact = ", ".join(parts) + " during the measured phase (TCP_INFO)"
-    if unchecked:
-        fact += f"; {' and '.join(unchecked)} side not reported"
-    if total and (share is None or share >= RETRANS_SHARE):
-        share_text = f" (~{share:.1%} of the ~{_fmt(segments)} payload segments)" if share is not None else ""
-        return Cause("retransmission", "seen", fact + share_text,
-                     cost="each retransmission halves TCP's congestion window and waits for duplicate ACKs or a "
-                          "timeout: the stream stalls and restarts",
-                     fix=fix_loss)
-    return Cause("retransmission", "clear", fact)
+    share_text = f" (~{share:.1%} of the ~{_fmt(segments)} payload segments)" if share is not None else ""
+    return _tcp_judged(", ".join(parts) + " during the measured phase (TCP_INFO)", unchecked, total, share,
+                       share_text, fix_loss)
 
 
 def _mtu(rec: Mapping[str, Any]) -> Cause:
