@@ -57,6 +57,7 @@ from typing import Any
 
 from . import argtypes
 from .errors import EXIT_OK, EXIT_USAGE, FabscopeError
+from .report.text_table import aligned
 from .results import Result
 from .results.contrast import CauseContrast, contrast
 from .results.histogram import Histogram, HistogramError, mann_whitney, merge
@@ -524,10 +525,10 @@ def render(rows: Sequence[CaseComparison], baseline: Side, current: Side, rule: 
               _pct(r.tail_change), "TAIL REGRESSION" if r.tail_verdict == "regression" else r.tail_verdict,
               "; ".join(e for e in (r.evidence, f"tail: {r.tail_evidence}" if r.tail_evidence else "") if e)]
              for r in rows]
-    widths = [max(len(h), *(len(t[i]) for t in table)) if table else len(h) for i, h in enumerate(head)]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip())
-    for r, t in zip(rows, table, strict=True):
-        lines.append("  ".join(v.ljust(w) for v, w in zip(t, widths, strict=True)).rstrip())
+    head_line, *row_lines = aligned(head, table)
+    lines.append(head_line)
+    for r, text in zip(rows, row_lines, strict=True):
+        lines.append(text)
         lines += [f"# {line}" for line in (r.causes.lines() if r.causes is not None else [])]
     counts = {v: sum(1 for r in rows if r.verdict == v) for v in ("regression", "improvement", "inconclusive", "same")}
     tails = {v: sum(1 for r in rows if r.tail_verdict == v) for v in ("regression", "inconclusive")}

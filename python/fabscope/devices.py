@@ -553,15 +553,9 @@ def _u(value: object) -> str:
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
     """A plain aligned text table."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-    lines = ["  ".join(h.ljust(widths[i]) for i, h in enumerate(headers)).rstrip(),
-             "  ".join("-" * w for w in widths)]
-    for row in rows:
-        lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
-    return "\n".join(lines)
+    from .report.text_table import aligned
+
+    return "\n".join(aligned(headers, rows, rule=True))
 
 
 def _pcie(pci: PciInfo | None) -> str:

@@ -16,6 +16,7 @@ from .mpirun import MPI_FLAVOURS, find_mpi_engine
 from .report.markdown import markdown_table
 from .report.render import labelled_why_lines, render_csv, render_json, render_md, why_cell
 from .report.table import Column, Table
+from .report.text_table import aligned
 from .results import Result
 from .suite_hosts import only_backends, verbs_on_this_host
 from .suite_measure import DEFAULT as DEFAULT_MEASURE
@@ -83,10 +84,7 @@ def _row(case: Case, rec: Result) -> list[str]:
 
 def text_table(rows: Sequence[Sequence[str]]) -> str:
     """The suite's table: one row per result (or per case that measured nothing, saying why)."""
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(HEADERS)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=True)).rstrip()]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    return "\n".join(lines)
+    return "\n".join(aligned(HEADERS, rows))
 
 
 def why_notes(measured: Sequence[tuple[Case, Result]]) -> list[str]:

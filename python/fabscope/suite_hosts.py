@@ -29,6 +29,7 @@ from .report.html import ReportInput, render_html
 from .report.markdown import comparison_markdown
 from .report.render import render_csv, render_json, render_md
 from .report.table import cell
+from .report.text_table import aligned
 from .results import Result
 from .results.suite import SuiteSummary  # the suite's shape: owned by the result model
 from .rspreload import LABEL as PRELOAD_LABEL
@@ -325,8 +326,6 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
 def text_table(rows: Sequence[ComparisonRow]) -> str:
     """The comparison as text: figures right-aligned, names, verdicts and causes left-aligned."""
     t = charts.comparison_table(rows)
-    cells = [[c.title for c in t.columns]] + [[cell(c, v) for c, v in zip(t.columns, r, strict=True)] for r in t.rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(t.columns))]
-    left = {i for i, c in enumerate(t.columns) if c.key in ("label", "carried_by", "path", "why_cell")}
-    return "\n".join("  ".join(v.ljust(w) if i in left else v.rjust(w) for i, (v, w) in
-                               enumerate(zip(row, widths, strict=True))).rstrip() for row in cells)
+    cells = [[cell(c, v) for c, v in zip(t.columns, r, strict=True)] for r in t.rows]
+    right = {i for i, c in enumerate(t.columns) if c.key not in ("label", "carried_by", "path", "why_cell")}
+    return "\n".join(aligned([c.title for c in t.columns], cells, right=right))

@@ -12,6 +12,7 @@ from ..results import Result
 from ..results.explain import where_engines_ran
 from ..results.pathtext import render_path_text
 from .table import Table, cell, from_stored_runs, stored_run, table_for
+from .text_table import aligned
 
 
 def groups(results: Iterable[Result]) -> dict[tuple[str, str, str], list[Result]]:
@@ -22,17 +23,9 @@ def groups(results: Iterable[Result]) -> dict[tuple[str, str, str], list[Result]
 
 
 def _text_table(t: Table) -> str:
-    widths = [max([len(c.title)] + [len(cell(c, r[i])) for r in t.rows]) for i, c in enumerate(t.columns)]
-    titles = zip(t.columns, widths, strict=True)
-    lines = ["  ".join(c.title.rjust(w) if i else c.title.ljust(w) for i, (c, w) in enumerate(titles))]
-    for row in t.rows:
-        lines.append(
-            "  ".join(
-                cell(c, v).rjust(w) if i else cell(c, v).ljust(w)
-                for i, (c, v, w) in enumerate(zip(t.columns, row, widths, strict=True))
-            )
-        )
-    return "\n".join(lines)
+    # The first column (the size) on the left, the figures right-aligned.
+    cells = [[cell(c, v) for c, v in zip(t.columns, row, strict=True)] for row in t.rows]
+    return "\n".join(aligned([c.title for c in t.columns], cells, right=range(1, len(t.columns))))
 
 
 def header(res: Result) -> str:
