@@ -22,8 +22,6 @@ from .suite_measure import Measure
 if TYPE_CHECKING:
     from .history import Recorder
 
-DELEGATED = ("devices", "doctor", "testbed")
-
 TESTBED_HELP = ("test setups on one machine: netns (two hosts), softroce (a verbs device), "
                 "slurm (a one-node cluster for --launcher srun)")
 
@@ -616,9 +614,40 @@ def _fill_exporter(ex: Parser, _with_engine: bool) -> None:
     ex.set_defaults(func=_exporter)
 
 
-def _fill_delegated(sp: Parser, _with_engine: bool) -> None:
-    sp.add_argument("rest", nargs=argparse.REMAINDER)
-    sp.set_defaults(func=None)
+def _fill_devices(sp: Parser, _with_engine: bool) -> None:
+    from .doctor.cli_entry import fill_devices_parser
+
+    fill_devices_parser(sp)
+
+
+def _fill_doctor(sp: Parser, _with_engine: bool) -> None:
+    from .doctor.cli_entry import fill_doctor_parser
+
+    fill_doctor_parser(sp)
+
+
+# The testbeds: name, help line, the module whose fill_parser gives its options.
+TESTBEDS = (("netns", "N hosts as network namespaces on a fabric and a management switch", "netns"),
+            ("softroce", "qemu guest(s) with a real rdma_rxe (Soft-RoCE) verbs device", "softroce"),
+            ("slurm", "a private Slurm on this host for --launcher srun", "slurm"))
+
+
+def _no_testbed(_ns: argparse.Namespace) -> int:
+    raise FabscopeError("testbed: the first argument is netns, softroce or slurm (got nothing); see "
+                        "`fabscope testbed --help`", EXIT_USAGE)
+
+
+def _fill_testbed(sp: Parser, _with_engine: bool) -> None:
+    import importlib
+
+    sp.description = TESTBED_HELP
+    # Not required=True: argparse's message would name the dest, not the three choices.
+    sp.set_defaults(func=_no_testbed, check=_no_testbed)
+    sub = sp.add_subparsers(dest="testbed", parser_class=Parser, metavar="{netns,softroce,slurm}")
+    for name, helptext, module in TESTBEDS:
+        child = sub.add_parser(name, help=helptext)
+        importlib.import_module(f".testbed.{module}", __package__).fill_parser(child)
+        child.set_defaults(check=child.get_default("check"))  # its own check, or none: not _no_testbed
 
 
 # Every subcommand: its name, its help line and what fills in its options. A command builds only
@@ -639,9 +668,9 @@ SUBCOMMANDS: tuple[tuple[str, str, Callable[[Parser, bool], None]], ...] = (
     ("report", "report files from saved results: one self-contained HTML file with charts, Markdown tables, CSV",
      _fill_report),
     ("exporter", "serve /metrics for Prometheus: every port counter, fabscope's latest results", _fill_exporter),
-    ("devices", "RDMA devices, ports, GIDs and netdevs as sysfs shows them", _fill_delegated),
-    ("doctor", "check the configuration for known pitfalls, each with its fix", _fill_delegated),
-    ("testbed", TESTBED_HELP, _fill_delegated),
+    ("devices", "RDMA devices, ports, GIDs and netdevs as sysfs shows them", _fill_devices),
+    ("doctor", "check the configuration for known pitfalls, each with its fix", _fill_doctor),
+    ("testbed", TESTBED_HELP, _fill_testbed),
 )
 
 
@@ -654,40 +683,10 @@ def build_parser(with_engine: bool = True, only: str | None = None) -> Parser:
                         "the engine is missing or another version")
     sub = p.add_subparsers(dest="command", parser_class=Parser, required=True)
     for name, helptext, fill in SUBCOMMANDS:
-        sp = sub.add_parser(name, help=helptext, add_help=name not in DELEGATED)
+        sp = sub.add_parser(name, help=helptext)
         if only is None or name == only:
             fill(sp, with_engine)
     return p
-
-
-def _delegate(command: str, rest: list[str], execute: bool = True) -> int:
-    """devices, doctor and testbed parse their own arguments; execute=False: only that."""
-    if command == "devices":
-        from .doctor.cli_entry import main_devices
-
-        return main_devices(rest, parse_only=not execute)
-    if command == "doctor":
-        from .doctor.cli_entry import main_doctor
-
-        return main_doctor(rest, parse_only=not execute)
-    if rest in (["-h"], ["--help"]):
-        print("usage: fabscope testbed {netns,softroce,slurm} ...\n\n" + TESTBED_HELP)
-        return EXIT_OK
-    if not rest or rest[0] not in ("netns", "softroce", "slurm"):
-        got = f"got {argtypes.shown(rest[0])}" if rest else "got nothing"
-        raise FabscopeError(f"testbed: the first argument is netns, softroce or slurm ({got}); "
-                            "see `fabscope testbed netns --help`", EXIT_USAGE)
-    if rest[0] == "netns":
-        from .testbed import netns
-
-        return netns.main(rest[1:], parse_only=not execute)
-    if rest[0] == "slurm":
-        from .testbed import slurm
-
-        return slurm.main(rest[1:], parse_only=not execute)
-    from .testbed import softroce
-
-    return softroce.main(rest[1:], parse_only=not execute)
 
 
 def _tolerant_stdout() -> None:
@@ -709,14 +708,9 @@ def main(argv: Sequence[str] | None = None, execute: bool = True) -> int:
     _tolerant_stdout()
     try:
         # Only `run` needs the engine's option table; other commands work without an engine.
-        if argv and argv[0] in DELEGATED:
-            # These parse their own arguments (argparse's REMAINDER would drop leading options).
-            return _delegate(argv[0], argv[1:], execute)
         command = argv[0] if argv else ""
         parser = build_parser(with_engine=command in ("run", "matrix"), only=command)
         ns = parser.parse_args(argv)
-        if ns.func is None:
-            return _delegate(ns.command, ns.rest, execute)
         check = getattr(ns, "check", None)
         if check is not None:
             check(ns)
@@ -727,7 +721,7 @@ def main(argv: Sequence[str] | None = None, execute: bool = True) -> int:
     except FabscopeError as exc:
         print(f"fabscope: {exc.message}", file=sys.stderr)
         return exc.exit_code
-    except SystemExit as exc:  # --help, --version, and the argparse of a delegated module
+    except SystemExit as exc:  # --help, --version, and the usage errors of the testbeds' own parsers
         if isinstance(exc.code, int):
             return exc.code
         if exc.code is not None:

@@ -22,9 +22,6 @@ from typing import Any
 
 from . import __version__
 
-# Subcommands whose parser the CLI builds only when they run (cli.DELEGATED): where each lives.
-TESTBEDS = ("netns", "softroce", "slurm")
-
 
 @dataclass
 class Command:
@@ -56,45 +53,20 @@ def _subparsers(parser: argparse.ArgumentParser) -> list[tuple[str, str, argpars
     return out
 
 
-def _tree(words: tuple[str, ...], summary: str, parser: argparse.ArgumentParser,
-          delegated: dict[str, Callable[[], Command]]) -> Command:
+def _tree(words: tuple[str, ...], summary: str, parser: argparse.ArgumentParser) -> Command:
     node = Command(words, summary, parser)
     for name, helptext, sub in _subparsers(parser):
-        if helptext == argparse.SUPPRESS:
-            continue
-        if name in delegated:
-            child = delegated[name]()
-            child.summary = helptext
-        else:
-            child = _tree((*words, name), helptext, sub, delegated)
-        node.children.append(child)
+        if helptext != argparse.SUPPRESS:
+            node.children.append(_tree((*words, name), helptext, sub))
     return node
 
 
 def command_tree(with_engine: bool = True) -> Command:
-    """The whole CLI as users type it, including the subcommands that parse their own arguments."""
+    """The whole CLI as users type it: the CLI's one parser tree."""
     from . import cli
-    from .doctor.cli_entry import devices_parser, doctor_parser
-    from .testbed import netns, slurm, softroce
 
-    testbed_parsers: dict[str, Callable[[], argparse.ArgumentParser]] = {
-        "netns": netns.parser, "softroce": softroce._parser, "slurm": slurm.parser}
-
-    def testbed() -> Command:
-        node = Command(("fabscope", "testbed"), cli.TESTBED_HELP, None)
-        for name in TESTBEDS:
-            sub = testbed_parsers[name]()
-            node.children.append(_tree(("fabscope", "testbed", name), sub.description or "", sub, {}))
-        return node
-
-    delegated: dict[str, Callable[[], Command]] = {
-        "devices": lambda: _tree(("fabscope", "devices"), "", devices_parser(), {}),
-        "doctor": lambda: _tree(("fabscope", "doctor"), "", doctor_parser(), {}),
-        "testbed": testbed,
-    }
-    assert set(delegated) == set(cli.DELEGATED), "a delegated subcommand without its parser here"
     parser = cli.build_parser(with_engine=with_engine)
-    return _tree(("fabscope",), parser.description or "", parser, delegated)
+    return _tree(("fabscope",), parser.description or "", parser)
 
 
 def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:

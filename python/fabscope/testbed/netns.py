@@ -650,11 +650,17 @@ def main(argv: Sequence[str] | None = None, parse_only: bool = False) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    """`fabscope testbed netns`'s arguments (also the source of its man page and shell completion)."""
-    parser = _Parser(
-        prog="fabscope testbed netns",
-        description="N network namespaces (fs-a, fs-b, ...) on a fabric switch and a management switch.",
-    )
+    """`fabscope testbed netns` on its own (``python -m fabscope.testbed.netns``)."""
+    parser = _Parser(prog="fabscope testbed netns")
+    fill_parser(parser)
+    return parser
+
+
+def fill_parser(parser: argparse.ArgumentParser) -> None:
+    """`fabscope testbed netns`'s arguments, on the parser the CLI's tree gives it (also the source
+    of its man page and shell completion)."""
+    parser.description = "N network namespaces (fs-a, fs-b, ...) on a fabric switch and a management switch."
+    parser.set_defaults(func=_execute)
     sub = parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     p_up = sub.add_parser("up", help="create (or repair) the testbed")
     p_up.add_argument("--hosts", type=argtypes.int_range(2, MAX_HOSTS), default=DEFAULT_HOSTS, metavar="N",
@@ -681,7 +687,6 @@ def parser() -> argparse.ArgumentParser:
     p_ex = sub.add_parser("exec", help="run a command on a host: exec fs-a -- CMD ...")
     p_ex.add_argument("ns", metavar="HOST", type=_host_arg)
     p_ex.add_argument("command", nargs=argparse.REMAINDER)
-    return parser
 
 
 def _execute(args: argparse.Namespace) -> int:

@@ -712,12 +712,18 @@ def main(argv: Sequence[str] | None = None, parse_only: bool = False) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    """`fabscope testbed slurm`'s arguments (also the source of its man page and shell completion)."""
-    parser = argtypes.ArgumentParser(
-        prog="fabscope testbed slurm",
-        description="A private Slurm on this host (munged, slurmctld, slurmd) for srun tests: one node, or "
-                    "(--netns) one node per netns testbed host.",
-    )
+    """`fabscope testbed slurm` on its own (``python -m fabscope.testbed.slurm``)."""
+    parser = argtypes.ArgumentParser(prog="fabscope testbed slurm")
+    fill_parser(parser)
+    return parser
+
+
+def fill_parser(parser: argparse.ArgumentParser) -> None:
+    """`fabscope testbed slurm`'s arguments, on the parser the CLI's tree gives it (also the source
+    of its man page and shell completion)."""
+    parser.description = ("A private Slurm on this host (munged, slurmctld, slurmd) for srun tests: one node, or "
+                          "(--netns) one node per netns testbed host.")
+    parser.set_defaults(func=_execute)
     common = argtypes.ArgumentParser(add_help=False)
     common.add_argument("--dir", type=argtypes.output_dir, default=Path("build/slurm"),
                         help="state directory: config, key, sockets, logs (default build/slurm)")
@@ -730,7 +736,6 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("down", parents=[common], help="stop everything the cluster started (fine when not running)")
     p_st = sub.add_parser("status", parents=[common], help="show what runs; exit code 3 when not up")
     p_st.add_argument("--json", action="store_true")
-    return parser
 
 
 def _execute(args: argparse.Namespace) -> int:

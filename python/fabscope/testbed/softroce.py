@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 from .. import argtypes
+from ..errors import EXIT_USAGE, FabscopeError
 
 # The testbed's API, from the modules that own each part (re-exported: `softroce.run`, ...).
 from .softroce_base import DEFAULT_MIRROR as DEFAULT_MIRROR
@@ -60,15 +61,22 @@ log = logging.getLogger("fabscope.testbed.softroce")
 
 
 def _parser() -> argparse.ArgumentParser:
+    """`fabscope testbed softroce` on its own (``python -m fabscope.testbed.softroce``)."""
+    p = argtypes.ArgumentParser(prog="fabscope testbed softroce")
+    fill_parser(p)
+    return p
+
+
+def fill_parser(p: argparse.ArgumentParser) -> None:
+    """`fabscope testbed softroce`'s arguments, on the parser the CLI's tree gives it (also the
+    source of its man page and shell completion)."""
+    p.description = "Soft-RoCE testbed: qemu guest(s) with a real rdma_rxe verbs device."
+    p.set_defaults(func=_execute, check=_check)
     # Common options belong to every subcommand, so `run -v` and `build --cache-dir D` both work.
     common = argtypes.ArgumentParser(add_help=False)
     common.add_argument("--cache-dir", type=Path, default=None,
                         help="image cache (default ${FABSCOPE_CACHE:-/var/cache/fabscope}/softroce)")
     common.add_argument("-v", "--verbose", action="store_true", help="progress and timings on stderr")
-    p = argtypes.ArgumentParser(
-        prog="fabscope testbed softroce",
-        description="Soft-RoCE testbed: qemu guest(s) with a real rdma_rxe verbs device.",
-    )
     sub = p.add_subparsers(dest="action", required=True)
     b = sub.add_parser("build", parents=[common],
                        help="build the guest image (cached; a changed recipe rebuilds)")
@@ -101,7 +109,6 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("dest", type=Path, nargs="?", default=None,
                    help="default: tests/fixtures/sysfs/rxe-qemu in the repo")
     sub.add_parser("info", parents=[common], help="show the cache directory, recipe key and the cached image")
-    return p
 
 
 def _shell_words(value: str) -> list[str]:
@@ -119,14 +126,25 @@ def main(argv: list[str] | None = None, parse_only: bool = False) -> int:
     """parse_only: check the arguments, do nothing."""
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.action == "run" and args.pin_cpus and not args.two_guests:
-        parser.error("--pin-cpus pins each of two guests to a host CPU of its own: add --two-guests "
-                     "(a single guest runs where the host schedules it)")
-    if args.action == "run" and args.numa and args.two_guests:
-        parser.error("--numa boots ONE guest with two NUMA nodes: it cannot be combined with --two-guests; "
-                     "drop one of them")
+    try:
+        _check(args)
+    except FabscopeError as exc:
+        parser.error(exc.message)
     if parse_only:
         return 0
+    return _execute(args)
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.action == "run" and args.pin_cpus and not args.two_guests:
+        raise FabscopeError("--pin-cpus pins each of two guests to a host CPU of its own: add --two-guests "
+                            "(a single guest runs where the host schedules it)", EXIT_USAGE)
+    if args.action == "run" and args.numa and args.two_guests:
+        raise FabscopeError("--numa boots ONE guest with two NUMA nodes: it cannot be combined with "
+                            "--two-guests; drop one of them", EXIT_USAGE)
+
+
+def _execute(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=logging.INFO if (args.verbose or args.action in ("build", "capture-sysfs")) else logging.WARNING,
         format="softroce: %(message)s", stream=sys.stderr,
