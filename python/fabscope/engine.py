@@ -16,6 +16,19 @@ from typing import Any
 
 from .errors import EXIT_MEASURE, EXIT_USAGE, FabscopeError
 
+
+def engine_option(args: Sequence[str], name: str) -> str | None:
+    """The value of engine option --NAME in an engine's arguments (``--NAME V`` or ``--NAME=V``),
+    the last one given, as the engine's own parser takes it; None when absent. The one reader of
+    an option back out of a command line that fabscope built (runner, mpirun, serve)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == f"--{name}" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+    return value
+
 ENGINE_NAME = "fabscope-engine"
 
 

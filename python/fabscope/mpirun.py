@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .engine import locate
+from .engine import engine_option, locate
 from .errors import EXIT_PEER, EXIT_USAGE
 
 MPI_FLAVOURS = ("openmpi", "mpich")
@@ -85,23 +85,16 @@ def find_mpi_engine(mpi: str) -> Path:
 
 
 def _engine_timeout(engine_args: list[str]) -> float:
-    for i, arg in enumerate(engine_args):
-        if arg.startswith("--timeout="):
-            return float(arg.split("=", 1)[1])
-        if arg == "--timeout" and i + 1 < len(engine_args):
-            return float(engine_args[i + 1])
-    return 10.0
+    value = engine_option(engine_args, "timeout")
+    return float(value) if value is not None else 10.0
 
 
 def _sizes_count(engine_args: list[str]) -> int:
-    for i, arg in enumerate(engine_args):
-        value = arg.split("=", 1)[1] if arg.startswith("--sizes=") else None
-        if arg == "--sizes" and i + 1 < len(engine_args):
-            value = engine_args[i + 1]
-        if value is not None:
-            if ":" in value:
-                return 33  # a power-of-two sweep: at most 2..8G
-            return len(value.split(","))
+    value = engine_option(engine_args, "sizes")
+    if value is not None:
+        if ":" in value:
+            return 33  # a power-of-two sweep: at most 2..8G
+        return len(value.split(","))
     return 1
 
 
@@ -201,13 +194,6 @@ class DeviceMapping:
         return {"device": self.device, "mca": dict(self.mca), "env": dict(self.env), "note": self.note}
 
 
-def _engine_option(engine_args: Sequence[str], name: str) -> str | None:
-    for i, arg in enumerate(engine_args):
-        if arg.startswith(f"--{name}="):
-            return arg.split("=", 1)[1]
-        if arg == f"--{name}" and i + 1 < len(engine_args):
-            return engine_args[i + 1]
-    return None
 
 
 def device_mapping(
@@ -220,11 +206,11 @@ def device_mapping(
     ``UCX_NET_DEVICES``. Each rank checks that the device exists on its host before MPI starts.
     A different value for the same setting given with --mca/--env is a contradiction: ValueError.
     ``--bind`` has no MPI meaning: ValueError (exit 2) with the fix."""
-    bind = _engine_option(engine_args, "bind")
+    bind = engine_option(engine_args, "bind")
     if bind:
         raise ValueError(f"--bind {bind} with --backend mpi: MPI picks each rank's source addresses itself; name "
                          "the device instead (--device NETDEV: Open MPI's btl_tcp_if_include and UCX_NET_DEVICES)")
-    device = _engine_option(engine_args, "device")
+    device = engine_option(engine_args, "device")
     if not device:
         return None
     mapping = DeviceMapping(device)

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 from .auth import Key
 from .control import engine_session_args, open_session_keyed
-from .engine import engine_path, process_option_names
+from .engine import engine_option, engine_path, process_option_names
 from .errors import EXIT_MEASURE, EXIT_PEER, FabscopeError
 from .mpirun import (
     KILL_AFTER_S,
@@ -47,17 +47,6 @@ class RunOutcome:
     notes: list[str] = field(default_factory=list)
 
 
-def _option_value(args: Sequence[str], name: str) -> str | None:
-    """The value of engine option --name in args (``--name V`` or ``--name=V``), the last one given."""
-    value = None
-    for i, arg in enumerate(args):
-        if arg == f"--{name}" and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith(f"--{name}="):
-            value = arg.split("=", 1)[1]
-    return value
-
-
 def _placement_args(engine_args: Sequence[str]) -> tuple[list[str], list[str]]:
     """(server, client) arguments that place two engines of this host on different CPUs: each its own
     --cpu-slot of the CPUs --cpu chooses (auto: its device's NUMA node where the host has several,
@@ -65,11 +54,11 @@ def _placement_args(engine_args: Sequence[str]) -> tuple[list[str], list[str]]:
     CPU number to the client alone (the server then takes the first candidate of auto)."""
     if len(os.sched_getaffinity(0)) < 2:
         return [], []
-    asked = _option_value(engine_args, "cpu")
+    asked = engine_option(engine_args, "cpu")
     server = ["--cpu-slot", "0"]
     if asked in ("auto", "near", "far"):
         server += ["--cpu", asked]
-    client = [] if _option_value(engine_args, "cpu-slot") is not None else ["--cpu-slot", "1"]
+    client = [] if engine_option(engine_args, "cpu-slot") is not None else ["--cpu-slot", "1"]
     return server, client
 
 

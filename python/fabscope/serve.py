@@ -41,7 +41,7 @@ from types import FrameType
 from typing import IO, Any
 
 from . import argtypes, auth, control
-from .engine import backends, engine_path, validate_args
+from .engine import backends, engine_option, engine_path, validate_args
 from .errors import EXIT_PEER, EXIT_USAGE, FabscopeError
 from .serve_policy import (
     Limits,
@@ -138,7 +138,7 @@ def check_engine_args(engine_args: Sequence[str]) -> None:
         validate_args(engine_args)
         return
     except FabscopeError as first:
-        device = next((a.split("=", 1)[1] for a in engine_args if a.startswith("--device=")), None)
+        device = engine_option(engine_args, "device")
         if not device or first.exit_code != EXIT_USAGE:  # '' is refused as it is, by every backend
             raise
         from .devices import discover
@@ -216,7 +216,7 @@ def config_from_args(ns: argparse.Namespace, engine_args: list[str]) -> ServeCon
     log_path = None if ns.log is None else str(ns.log)
     if log_path is not None:
         _check_log_path(log_path)
-    timeout = next((float(a.split("=", 1)[1]) for a in engine_args if a.startswith("--timeout=")), 10.0)
+    timeout = float(engine_option(engine_args, "timeout") or 10.0)
     limits = Limits(max_size=ns.max_size, max_memory=ns.max_memory, max_duration_s=ns.max_duration,
                     max_iters=ns.max_iters, max_runs_per_minute=ns.max_runs_per_minute,
                     max_connections=ns.max_connections, max_connections_per_source=ns.max_connections_per_source)
@@ -675,7 +675,7 @@ class Server:
         """`run --peer --capture`: this host's capture of the run, for as long as a run may take."""
         from .capture_peer import serve_capture
 
-        device = next((a.split("=", 1)[1] for a in self.cfg.engine_args if a.startswith("--device=")), None)
+        device = engine_option(self.cfg.engine_args, "device")
         budget = self.cfg.limits.max_duration_s + RUN_GRACE_S + 3 * self.cfg.timeout_s
         self.log.event("capture", "capture requested", client=conn.desc, key_id=hs.key_id)
         serve_capture(conn.sock, conn.desc, conn.host, hs.session, device, budget,
