@@ -323,6 +323,15 @@ def test_fabscope_itself_in_the_guest(tmp_path: Path) -> None:
     expected = bw["explanation"]["expected_gbps"]
     assert 8.5 < expected < 10 and "RoCE v2" in bw["explanation"]["expected_basis"], bw["explanation"]
     assert bw["explanation"]["achieved_fraction"] == pytest.approx(bw["bandwidth_gbps"] / expected, rel=1e-3)
+    # Pause frames: the engine asks eth0's driver (virtio_net, behind rxe0) for its statistics; it
+    # lists some, none of them pause or PFC counters, and the explanation says so.
+    for side in ("local", "peer"):
+        eth0 = bw["counters"][side]["net"]["eth0"]
+        assert eth0["before"]["ethtool"] == {} and eth0["after"]["ethtool"] == {}, eth0
+    assert "ethtool" not in bw["counters"]["local"]["net"]["lo"]["after"]  # no RDMA port behind lo
+    ret = {c["cause"]: c for c in bw["explanation"]["causes"]}["retransmission"]
+    assert ret["state"] == "clear" and ret["evidence"].endswith(
+        "; pause frames not counted on eth0 (softroce): the driver lists no pause statistics"), ret
 
 
 @pytest.mark.softroce

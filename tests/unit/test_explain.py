@@ -444,6 +444,50 @@ def test_congestion_signals_without_loss_are_named_and_quiet_ones_are_counted_as
         ret.evidence.endswith("; the fabric signalled congestion: np_ecn_marked_roce_packets +77 on rxe0/1 (server)")
 
 
+def _with_pauses(rec: dict[str, Any], side: str, netdev: str, counts: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    """The record as the engine of this version writes it for a netdev behind an RDMA port whose
+    driver has pause statistics (mlx5's names; the guests' virtio NIC has none): its driver's pause
+    and PFC counters under before/after.ethtool, with these (before, after) values."""
+    out = copy.deepcopy(rec)
+    dev = out["counters"][side]["net"][netdev]
+    dev["before"]["ethtool"] = {k: b for k, (b, _) in counts.items()}
+    dev["after"]["ethtool"] = {k: a for k, (_, a) in counts.items()}
+    return out
+
+
+def test_pause_frames_are_congestion_and_a_driver_without_them_is_said() -> None:
+    """Cause 2's Ethernet pause (PFC) counters, which only the driver's statistics hold: a sender
+    paused by the switch (rx_prio3_pause rising at the client) with no packet lost is named with
+    what it costs and where to look; pauses that did not move count as read; a netdev whose driver
+    lists no pause statistics (virtio_net, as in the guests) is named as not counted, and a record
+    without the driver's statistics at all (an older engine, a fixture tree) says nothing of them."""
+    clean = raw("softroce-verbs-send-lat-stray-retries.jsonl")
+    (before,) = [c for c in explain(clean).causes if c.cause == "retransmission"]
+    assert "pause" not in before.evidence, before
+    quiet = _with_pauses(clean, "local", "eth0", {"rx_prio3_pause": (7, 7), "tx_prio3_pause": (0, 0)})
+    quiet = _with_pauses(quiet, "peer", "eth0", {})
+    (ret,) = [c for c in explain(quiet).causes if c.cause == "retransmission"]
+    assert ret.state == "clear", ret
+    assert "no congestion counter moved (2 read)" in ret.evidence, ret
+    assert ret.evidence.endswith("; pause frames not counted on eth0 (server): the driver lists no pause statistics")
+    paused = _with_pauses(clean, "local", "eth0", {"rx_prio3_pause": (7, 1207), "rx_prio3_pause_duration": (0, 900),
+                                                   "tx_prio3_pause": (0, 0)})
+    (ret,) = [c for c in explain(paused).causes if c.cause == "retransmission"]
+    assert ret.state == "seen", ret
+    assert ret.evidence == ("no loss counter moved, but the fabric signalled congestion during the run: "
+                            "rx_prio3_pause +1,200 on eth0 (client), rx_prio3_pause_duration +900 on eth0 (client)")
+    assert ret.cost and "a paused port sends nothing" in ret.cost and "DCQCN" not in ret.cost
+    assert ret.fix and "rx_*pause counters rising at a sender" in ret.fix
+    both = _with_congestion(paused, "peer", {"np_cnp_sent": (0, 50)})
+    (ret,) = [c for c in explain(both).causes if c.cause == "retransmission"]
+    assert "np_cnp_sent +50 on rxe0/1 (server)" in ret.evidence and "rx_prio3_pause +1,200" in ret.evidence
+    assert ret.cost and "DCQCN" in ret.cost and "a paused port" in ret.cost
+    lossy = _with_pauses(raw("softroce-verbs-send-bw-netem-loss.jsonl"), "peer", "eth0", {"tx_pause_ctrl_phy": (3, 9)})
+    (ret,) = [c for c in explain(lossy).causes if c.cause == "retransmission"]
+    assert ret.evidence.startswith("during the run: rcvd_seq_err +673")
+    assert ret.evidence.endswith("; the fabric signalled congestion: tx_pause_ctrl_phy +6 on eth0 (server)"), ret
+
+
 def _with_library_sockets(rec: dict[str, Any], side: str, out: int, again: int, dsack: int = 0) -> dict[str, Any]:
     """The record with what the engine of this version reads of the transport library's own TCP
     sockets (TCP_INFO from its file descriptors, deltas over the run) on one side."""

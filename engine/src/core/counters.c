@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "counters.h"
 #include "clock.h"
+#include "ethtool.h"
 #include "sysfs.h"
 
 #include <cjson/cJSON.h>
@@ -150,6 +151,44 @@ static struct fs_cnt_dev *next_slot(struct fs_cnt_snap *s)
     return NULL;
 }
 
+struct eth_into {
+    struct fs_cnt_snap *s;
+    const char *dev;
+};
+
+static void keep_eth(const char *name, uint64_t value, void *arg)
+{
+    struct eth_into *into = arg;
+    if (into->s->n_eth >= FS_CNT_MAX_ETH)
+        return;
+    struct fs_cnt_eth *e = &into->s->eth[into->s->n_eth++];
+    snprintf(e->dev, sizeof e->dev, "%s", into->dev);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->v = value;
+}
+
+/* The pause and PFC statistics of the netdevs behind the RDMA ports (lossless RoCE pauses them,
+ * and no sysfs file counts it). Only on the live /sys: a fixture tree has no driver to ask. */
+static void read_pause(struct fs_cnt_snap *s)
+{
+    s->n_eth = 0;
+    if (strcmp(fs_sysfs_root(), "/sys") != 0)
+        return;
+    for (size_t i = 0; i < s->n; i++) {
+        if (!s->dev[i].is_rdma)
+            continue;
+        for (int k = 0; k < FS_CNT_NDEVS && s->dev[i].ndevs[k][0]; k++) {
+            for (size_t j = 0; j < s->n; j++) {
+                struct fs_cnt_dev *nd = &s->dev[j];
+                if (nd->is_rdma || nd->eth_read || strcmp(nd->name, s->dev[i].ndevs[k]) != 0)
+                    continue;
+                struct eth_into into = {s, nd->name};
+                nd->eth_read = fs_ethtool_stats(nd->name, fs_ethtool_is_pause, keep_eth, &into) >= 0;
+            }
+        }
+    }
+}
+
 void fs_counters_snap(struct fs_cnt_snap *s, int ctl_fd)
 {
     fs_tcp_socks_snap(&s->socks, ctl_fd);
@@ -187,15 +226,22 @@ void fs_counters_snap(struct fs_cnt_snap *s, int ctl_fd)
     }
     if (d)
         closedir(d);
+    read_pause(s);
 }
 
-static cJSON *values(const struct fs_cnt_dev *dev)
+static cJSON *values(const struct fs_cnt_snap *s, const struct fs_cnt_dev *dev)
 {
     const struct cnt_key *keys = dev->is_rdma ? rdma_keys : net_keys;
     cJSON *o = cJSON_CreateObject();
     for (int k = 0; keys[k].key; k++)
         if (dev->have[k])
             fs_json_add_u64(o, keys[k].key, dev->v[k]);
+    if (dev->eth_read) {
+        cJSON *eth = cJSON_AddObjectToObject(o, "ethtool");
+        for (size_t i = 0; i < s->n_eth; i++)
+            if (strcmp(s->eth[i].dev, dev->name) == 0)
+                fs_json_add_u64(eth, s->eth[i].name, s->eth[i].v);
+    }
     return o;
 }
 
@@ -222,8 +268,8 @@ cJSON *fs_counters_json(const struct fs_cnt_snap *before, const struct fs_cnt_sn
             for (int k = 0; k < FS_CNT_NDEVS && a->ndevs[k][0]; k++)
                 cJSON_AddItemToArray(nd, cJSON_CreateString(a->ndevs[k]));
         }
-        cJSON_AddItemToObject(d, "before", values(b));
-        cJSON_AddItemToObject(d, "after", values(a));
+        cJSON_AddItemToObject(d, "before", values(before, b));
+        cJSON_AddItemToObject(d, "after", values(after, a));
     }
     cJSON *socks = fs_tcp_socks_json(&before->socks, &after->socks);
     if (socks)

@@ -26,6 +26,15 @@ struct fs_cnt_dev {
     char ndevs[FS_CNT_NDEVS][32]; /* netdevs behind a RoCE/IPoIB port (gid_attrs/ndevs) */
     uint64_t v[FS_CNT_NVAL];
     int have[FS_CNT_NVAL];
+    int eth_read; /* a netdev behind an RDMA port whose driver statistics were read (ethtool.h) */
+};
+
+/* One pause/PFC statistic of a netdev's driver (`ethtool -S`), for the netdevs behind RDMA ports. */
+#define FS_CNT_MAX_ETH 256
+struct fs_cnt_eth {
+    char dev[32];
+    char name[33]; /* ETH_GSTRING_LEN + 1 */
+    uint64_t v;
 };
 
 struct fs_cnt_snap {
@@ -34,12 +43,16 @@ struct fs_cnt_snap {
     struct fs_cnt_dev dev[FS_CNT_MAX_DEV];
     /* The transport library's TCP sockets in this process (tcp_sockets.h). */
     struct fs_tcp_socks socks;
+    size_t n_eth;
+    struct fs_cnt_eth eth[FS_CNT_MAX_ETH];
 };
 
 /* sysfs root from FABSCOPE_SYSFS_ROOT (tests) or /sys; the process's TCP sockets but `ctl_fd`
  * (the control connection). */
 void fs_counters_snap(struct fs_cnt_snap *s, int ctl_fd);
-/* {"host":..., "net": {dev: {before, after}}, "rdma": {dev/port: {link_layer, before, after}},
+/* {"host":..., "net": {dev: {before, after}} (a netdev behind an RDMA port, on the live /sys:
+ * before/after also hold "ethtool": {its driver's pause and PFC statistics}, empty when it lists
+ * none), "rdma": {dev/port: {link_layer, before, after}},
  * "tcp_sockets": fs_tcp_socks_json}, plus "truncated": {"limit", "not_read"} when the host has
  * more devices than a snapshot holds. */
 struct cJSON *fs_counters_json(const struct fs_cnt_snap *before, const struct fs_cnt_snap *after);

@@ -3,20 +3,16 @@
  * kept open through sysfs.c's cache). The per-run snapshot is counters.c. */
 #define _GNU_SOURCE
 #include "counters.h"
+#include "ethtool.h"
 #include "sysfs.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <linux/ethtool.h>
-#include <linux/sockios.h>
-#include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 /* What the engine knows about a counter's unit and width. bits 0 = not known (the exporter then
@@ -265,69 +261,35 @@ static void dump_rdma(const char *root, cJSON *ports, cJSON *devices, cJSON *uni
         closedir(d);
 }
 
-/* The driver's own statistics (`ethtool -S`), kept only where the name says pause, PFC, ECN or
- * CNP: the per-priority pause counters lossless RoCE depends on exist nowhere in sysfs. */
+/* The driver's own statistics (`ethtool -S`), kept only where the name says pause (PFC, XOFF),
+ * priority, ECN or CNP: the per-priority pause counters lossless RoCE depends on exist nowhere in
+ * sysfs. */
 static int ethtool_wanted(const char *name)
 {
-    static const char *const words[] = {"pause", "pfc", "prio", "ecn", "cnp", NULL};
+    static const char *const words[] = {"prio", "ecn", "cnp", NULL};
     for (int i = 0; words[i]; i++)
         if (strcasestr(name, words[i]))
             return 1;
-    return 0;
+    return fs_ethtool_is_pause(name);
+}
+
+struct ethtool_into {
+    cJSON *net;
+    cJSON *o; /* "ethtool", made at the first statistic kept */
+};
+
+static void add_ethtool(const char *name, uint64_t value, void *arg)
+{
+    struct ethtool_into *into = arg;
+    if (!into->o)
+        into->o = cJSON_AddObjectToObject(into->net, "ethtool");
+    fs_json_add_u64(into->o, name, value);
 }
 
 static void dump_ethtool(const char *ifname, cJSON *net)
 {
-    /* SOCK_CLOEXEC also keeps librspreload (`--preload rsocket`) off this socket: it would make
-     * it a datagram rsocket (a UD QP per snapshot) that no ioctl can reach. */
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return;
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof ifr);
-    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "%s", ifname);
-    /* ethtool_sset_info ends in a flexible array: one u32 follows for the one set asked. */
-    uint64_t sset_buf[(sizeof(struct ethtool_sset_info) + sizeof(uint32_t) + 7) / 8] = {0};
-    struct ethtool_sset_info *sset = (struct ethtool_sset_info *)sset_buf;
-    sset->cmd = ETHTOOL_GSSET_INFO;
-    sset->sset_mask = 1ull << ETH_SS_STATS;
-    ifr.ifr_data = (void *)sset;
-    if (ioctl(fd, SIOCETHTOOL, &ifr) != 0 || !sset->sset_mask || sset->data[0] == 0 ||
-        sset->data[0] > 65536) {
-        close(fd);
-        return;
-    }
-    uint32_t n = sset->data[0];
-    struct ethtool_gstrings *names = calloc(1, sizeof *names + (size_t)n * ETH_GSTRING_LEN);
-    struct ethtool_stats *vals = calloc(1, sizeof *vals + (size_t)n * sizeof(uint64_t));
-    if (!names || !vals)
-        goto out;
-    names->cmd = ETHTOOL_GSTRINGS;
-    names->string_set = ETH_SS_STATS;
-    names->len = n;
-    ifr.ifr_data = (void *)names;
-    if (ioctl(fd, SIOCETHTOOL, &ifr) != 0)
-        goto out;
-    vals->cmd = ETHTOOL_GSTATS;
-    vals->n_stats = n;
-    ifr.ifr_data = (void *)vals;
-    if (ioctl(fd, SIOCETHTOOL, &ifr) != 0)
-        goto out;
-    cJSON *o = NULL;
-    for (uint32_t i = 0; i < n && i < vals->n_stats; i++) {
-        char name[ETH_GSTRING_LEN + 1];
-        memcpy(name, names->data + (size_t)i * ETH_GSTRING_LEN, ETH_GSTRING_LEN);
-        name[ETH_GSTRING_LEN] = '\0';
-        if (!ethtool_wanted(name))
-            continue;
-        if (!o)
-            o = cJSON_AddObjectToObject(net, "ethtool");
-        fs_json_add_u64(o, name, vals->data[i]);
-    }
-out:
-    free(names);
-    free(vals);
-    close(fd);
+    struct ethtool_into into = {net, NULL};
+    fs_ethtool_stats(ifname, ethtool_wanted, add_ethtool, &into);
 }
 
 /* Whether a netdev is behind one of the RDMA ports already dumped (their "ndevs"). */

@@ -342,6 +342,40 @@ def _congestion(rec: Mapping[str, Any]) -> tuple[list[str], int]:
     return moved, len(read)
 
 
+def _pauses(rec: Mapping[str, Any]) -> tuple[list[str], int, list[str]]:
+    """(evidence of the pause/PFC counters that moved, how many were read, the netdevs whose driver
+    lists none) over the netdevs behind both sides' RDMA ports: the engine reads their driver's
+    pause statistics (`ethtool -S`: counters.*.net.X.before/after.ethtool; absent where it could not
+    ask a driver, as in a sysfs fixture tree or an older engine)."""
+    moved: list[str] = []
+    read = 0
+    none: list[str] = []
+    seen: set[str] = set()  # "NETDEV (HOST)": a loopback run's two snapshots are of one netdev
+    for side in ("local", "peer"):
+        snap = _m(_m(rec, "counters"), side)
+        host = snap.get("host") or side
+        for _, _, dev in _rdma_ports(rec, side):
+            for netdev in dev.get("ndevs") or []:
+                entry = _m(_m(snap, "net"), str(netdev))
+                after = _m(entry, "after").get("ethtool")
+                where = f"{netdev} ({host})"
+                if where in seen or not isinstance(after, Mapping):
+                    continue
+                seen.add(where)
+                if not after:
+                    none.append(where)
+                    continue
+                before = _m(_m(entry, "before"), "ethtool")
+                for key in sorted(after):
+                    a, b = _n(after, key), _n(before, key)
+                    if a is None or b is None:
+                        continue
+                    read += 1
+                    if a > b:
+                        moved.append(f"{key} +{_fmt(a - b)} on {where}")
+    return moved, read, none
+
+
 def _sockets_not_ours(local: Mapping[str, Any]) -> str | None:
     """What sent the payload through kernel TCP sockets that the transport library opened (so no
     TCP_INFO through fabscope's backend): UCX's tcp transport, libfabric's tcp-based providers,
@@ -415,27 +449,43 @@ def _retransmission(rec: Mapping[str, Any]) -> Cause:
     moved, read, stray = _counter_loss(rec)
     # RoCE's congestion counters count RoCE packets: kernel TCP's bytes are not among them.
     congested, congestion_read = _congestion(rec) if not _tcp_kernel(local) else ([], 0)
+    paused, pause_read, no_pause = _pauses(rec) if not _tcp_kernel(local) else ([], 0, [])
     fix_loss = ("find the drop: a queue too small for the burst, a congested or faulty port (ethtool -S, "
                 "tc -s qdisc on the path); for RoCE enable PFC/ECN on the fabric")
-    signalled = ("; the fabric signalled congestion: " + ", ".join(congested)) if congested else ""
+    signals = congested + paused
+    signalled = ("; the fabric signalled congestion: " + ", ".join(signals)) if signals else ""
     if moved:
         return Cause("retransmission", "seen", "during the run: " + ", ".join(moved) + signalled,
                      cost="every lost packet is resent after a timeout or NAK; bandwidth sags and latency grows a tail",
                      fix=fix_loss)
-    if congested:
-        return Cause("retransmission", "seen",
-                     "no loss counter moved, but the fabric signalled congestion during the run: " + ", ".join(congested),
-                     cost="ECN marks and the CNPs they return make the sender's rate limiter (DCQCN) cut its rate: "
-                          "bandwidth below the link's, with no packet lost",
-                     fix="find the congested port: traffic from other senders on the same egress (an incast), or a "
+    if signals:
+        costs, fixes = [], []
+        if congested:
+            costs.append("ECN marks and the CNPs they return make the sender's rate limiter (DCQCN) cut its rate")
+            fixes.append("find the congested port: traffic from other senders on the same egress (an incast), or a "
                          "slower link on the path; check the switches' ECN marking thresholds and the NICs' "
                          "congestion control settings")
+        if paused:
+            costs.append("a paused port sends nothing on that priority until the pause ends, and a pause spreads "
+                         "back towards the senders (head-of-line blocking)")
+            fixes.append("find who paused: rx_*pause counters rising at a sender mean the switch (or the peer) "
+                         "asked it to stop; tx_*pause at a receiver mean its own NIC could not drain (a slow "
+                         "host, PCIe, a receive ring too small); check which priority carries RoCE and the "
+                         "switch's buffer headroom for it")
+        return Cause("retransmission", "seen",
+                     "no loss counter moved, but the fabric signalled congestion during the run: " + ", ".join(signals),
+                     cost="; ".join(costs) + ": bandwidth below the link's, with no packet lost",
+                     fix="; ".join(fixes))
     sender = _sockets_not_ours(local)
     if sender:
         return _library_sockets_retransmission(rec, sender, fix_loss)
     if not _tcp_kernel(local):
         if any(r.rpartition(":")[2] in RDMA_LOSS_COUNTERS for r in read):
-            quiet = f"; no congestion counter moved ({congestion_read} read)" if congestion_read else ""
+            quiet = (f"; no congestion counter moved ({congestion_read + pause_read} read)"
+                     if congestion_read + pause_read else "")
+            if no_pause:
+                quiet += (f"; pause frames not counted on {', '.join(no_pause)}: the driver lists no pause "
+                          "statistics")
             if stray:
                 return Cause("retransmission", "clear", f"a few stray retries ({'; '.join(stray)}): below "
                                                         f"{RDMA_STRAY_RETRIES} and {RETRANS_SHARE:.1%} of the packets{quiet}")
