@@ -288,3 +288,29 @@ def test_interrupted_run_keeps_and_judges_what_was_measured() -> None:
     assert kinds(res) == []  # its slow figures were never retested, so nothing is called...
     assert "suspects not retested (so not called): h1 -> h3 bw, h3 -> h1 bw" in res.notes[0]  # ...but named
     assert res.to_json()["interrupted"] is True
+
+
+def test_timing_counts_each_round_by_its_longest_measurement() -> None:
+    """The matrix's timing section: a round's measuring is its longest measured phase (it cannot
+    end sooner), the rest of its wall time is overhead; the start-up before the first round counts
+    in the wall time but in no round."""
+    class Timed(Fabric):
+        def measure(self, jobs: Sequence[Job], round_no: int) -> list[Measurement]:
+            out = super().measure(jobs, round_no)
+            for i, m in enumerate(out):
+                m.measured_s = 1.0 + i  # the round's longest: as many seconds as it has jobs
+            return out
+
+    import time
+
+    started = time.monotonic() - 2.0  # as if the launcher and the agents took 2 s
+    result = driver.run(HOSTS, ["bw"], AllPairs(8), Rule(), Timed(), parallel=2, started=started)
+    t = result.timing
+    assert len(t.rounds) == 7 * 2 * 2  # 7 rounds of 4 pairs, both directions, two jobs at a time
+    assert {(r.jobs, r.measured_s) for r in t.rounds} == {(2, 2.0)}
+    assert 2.0 <= t.start_s < 2.5 and t.wall_s >= t.start_s + sum(r.wall_s for r in t.rounds)
+    doc = result.to_json()["timing"]
+    assert doc["rounds"] == 28 and doc["measuring_s"] == 56.0
+    assert doc["overhead_per_round_s"] == pytest.approx((doc["rounds_s"] - 56.0) / 28, abs=1e-3)
+    assert doc["measuring_fraction"] == pytest.approx(56.0 / t.wall_s, rel=1e-3)  # > 1: nothing really waited
+    assert "timing: " in render.text(result) and "28 rounds, measuring 56.0 s" in render.text(result)

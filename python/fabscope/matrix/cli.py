@@ -196,6 +196,7 @@ def _check_external(ns: argparse.Namespace, backend: str) -> None:
 
 
 def run_matrix(ns: argparse.Namespace) -> int:
+    started = time.monotonic()
     from ..results.matrix import MatrixRun
     from . import driver, render
     from .rules import Rule
@@ -222,11 +223,11 @@ def run_matrix(ns: argparse.Namespace) -> int:
 
             measurer: Any = MpiMeasurer(pair_plan)
             result = driver.run(hosts, ns.patterns, sched, rule, measurer, backend=backend, progress=progress,
-                                directions=ns.directions, parallel=ns.parallel)
+                                directions=ns.directions, parallel=ns.parallel, started=started)
             result.launcher = ns.launcher
         else:
             result = _run_with_agents(ns, hosts, sched, rule, backend, pair_plan.timeout_s, pair_plan.engine_args(),
-                                      progress)
+                                      progress, started)
     finally:
         stop_progress()
     assert isinstance(result, MatrixRun)
@@ -260,7 +261,7 @@ def _store(ns: argparse.Namespace, result: Any) -> None:
 
 
 def _run_with_agents(ns: argparse.Namespace, hosts: list[str], sched: schedmod.Schedule, rule: Any, backend: str,
-                     timeout: float, args: list[str], progress: Any) -> Any:
+                     timeout: float, args: list[str], progress: Any, started: float) -> Any:
     from . import driver
     from .coordinator import Coordinator
     from .execute import AgentMeasurer
@@ -312,7 +313,7 @@ def _run_with_agents(ns: argparse.Namespace, hosts: list[str], sched: schedmod.S
         for h in missing:
             measurer.unreachable[h] = f"its agent did not check in within {ns.connect_timeout:g} s"
         result = driver.run(hosts, ns.patterns, sched, rule, measurer, backend=backend, progress=progress,
-                            directions=ns.directions, parallel=ns.parallel)
+                            directions=ns.directions, parallel=ns.parallel, started=started)
         result.launcher = ns.launcher
         result.unreachable = dict(measurer.unreachable)
         return result

@@ -7,10 +7,11 @@ The same driver runs real measurements (``fabscope.matrix.execute``) and the sim
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from ..results.matrix import MatrixRun, Measurement
+from ..results.matrix import MatrixRun, Measurement, RoundTiming
 from . import findings as findings_mod
 from . import rules
 from .rules import Job, Rule
@@ -36,12 +37,14 @@ def screen_steps(schedule: Schedule, patterns: Sequence[str], directions: str = 
 
 def run(hosts: Sequence[str], patterns: Sequence[str], schedule: Schedule, rule: Rule, measurer: Measurer,
         *, backend: str = "", progress: Progress | None = None, max_passes: int | None = None,
-        directions: str = "both", parallel: int | None = None) -> MatrixRun:
+        directions: str = "both", parallel: int | None = None, started: float | None = None) -> MatrixRun:
     """directions "both": each scheduled pair in both directions (one direction per step, so no
     host is in two measurements); "one": a screen of one direction per pair, alternating which
     end sends from round to round, suspects then retested (half the measurements; a fault in
     one direction only is seen when that direction is the one screened, or with --pattern bibw).
-    parallel: at most this many jobs at once (None: a whole round), for hosts that share CPUs."""
+    parallel: at most this many jobs at once (None: a whole round), for hosts that share CPUs.
+    started: time.monotonic() at the command's start (the launcher's and agents' time counts as
+    start-up in the run's timing); None: the first round's start."""
 
     def measure(jobs: list[Job], round_no: int) -> list[Measurement]:
         step = parallel or len(jobs)
@@ -49,11 +52,19 @@ def run(hosts: Sequence[str], patterns: Sequence[str], schedule: Schedule, rule:
         for i in range(0, len(jobs), step):
             batch = [j for j in jobs[i:i + step] if j[0] not in measurer.unreachable and j[1] not in measurer.unreachable]
             if batch:
-                out += measurer.measure(batch, round_no)
+                began = time.monotonic()
+                got = measurer.measure(batch, round_no)
+                result.timing.rounds.append(RoundTiming(len(batch), time.monotonic() - began,
+                                                        max((m.measured_s or 0.0 for m in got), default=0.0),
+                                                        [m.phases for m in got if m.phases]))
+                out += got
         return out
 
     result = MatrixRun(hosts=list(hosts), patterns=list(patterns), backend=backend,
                        schedule={**schedule.describe(), "directions": directions}, rule=rule.to_json())
+    first = time.monotonic()
+    started = first if started is None else started
+    result.timing.start_s = first - started
 
     def measure_all() -> dict[str, rules.Centre]:
         """Screen, then retest passes; returns the centres (from the screen)."""
@@ -104,6 +115,7 @@ def run(hosts: Sequence[str], patterns: Sequence[str], schedule: Schedule, rule:
                          if st == "pending")
         result.notes.append(f"interrupted after {len(result.measurements)} measurements; judged on those"
                             + (f"; suspects not retested (so not called): {', '.join(pending)}" if pending else ""))
+    result.timing.wall_s = time.monotonic() - started
     result.centres = {p: c.to_json() for p, c in by_pattern.items()}
     if len(hosts) < 5 and not rule.line_rate_gbps:
         result.notes.append(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,8 +46,9 @@ def measurement_from(src: str, dst: str, pattern: str, phase: str, round_no: int
                            error=error or "no result came back")
     last = results[-1]
     raw = dict(last.raw)
+    measured = sum(r.duration_s or 0.0 for r in results)
     return Measurement(src, dst, pattern, value_of(last), phase=phase, round=round_no, verdict=last.path.verdict,
-                       record=raw, error=error)
+                       record=raw, error=error, measured_s=measured)
 
 
 def pick_address(agent: AgentConn, device: str | None) -> str:
@@ -115,6 +117,7 @@ class AgentMeasurer:
         job_id = next(self._ids)
         guard = self.timeout_s * 6 + 60
         bind = pick_address(dst, self.device)
+        began = time.monotonic()
         try:
             dst.send({"type": "listen", "id": job_id, "bind": bind, "args": args, "timeout": self.timeout_s,
                       "guard": guard})
@@ -124,6 +127,7 @@ class AgentMeasurer:
             return failed(exc.message)
         if reply.get("type") != "listening":
             return failed(f"the engine on {dst_host} did not start: {reply.get('error') or reply.get('message')}")
+        listening = time.monotonic()
         try:
             src.send({"type": "connect", "id": job_id, "peer": f"{bind}:{reply['port']}", "args": args,
                       "timeout": self.timeout_s})
@@ -132,10 +136,14 @@ class AgentMeasurer:
             self.lose(src, exc.message)
             self._finish(dst)
             return failed(exc.message)
+        answered = time.monotonic()
         self._finish(dst)
         error = result.get("error")
-        return measurement_from(src_host, dst_host, pattern, phase, round_no, list(result.get("records") or []),
-                                str(error) if error else None)
+        out = measurement_from(src_host, dst_host, pattern, phase, round_no, list(result.get("records") or []),
+                               str(error) if error else None)
+        out.phases = {"server_start": listening - began, "client": answered - listening,
+                      "server_end": time.monotonic() - answered}
+        return out
 
     def _finish(self, dst: AgentConn) -> None:
         """The server engine's end (it stops by itself within --timeout once its client is gone)."""

@@ -11,6 +11,7 @@ results/findingwhy.py); ``MatrixRun`` is the whole run. The judging lives in ``f
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,11 @@ class Measurement:
     record: dict[str, Any] | None = None  # the engine's record, path attached
     error: str | None = None
     suspect: bool = False  # set by the rule
+    measured_s: float | None = None  # the engines' measured phases (duration_s of its records)
+    # Where the job's time went, seen from the coordinator (matrix/execute.py): "server_start" (the
+    # listen order to the server engine's port), "client" (the connect order to the client's
+    # records), "server_end" (to the server engine's exit).
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def pair(self) -> tuple[str, str]:
@@ -76,6 +82,58 @@ class Finding:
         return out | why
 
 
+@dataclass(slots=True)
+class RoundTiming:
+    """One round of jobs run at once: its wall time and the longest measured phase among them (a
+    round cannot end before its longest measurement; the rest of its wall time is overhead)."""
+
+    jobs: int
+    wall_s: float
+    measured_s: float
+    phases: list[dict[str, float]] = field(default_factory=list)  # each job's Measurement.phases
+
+
+@dataclass
+class MatrixTiming:
+    """Where a matrix's time went (issue 24: a matrix that spends its time measuring)."""
+
+    start_s: float = 0.0  # from the command's start to the first round: launcher, agents checking in
+    wall_s: float = 0.0  # from the command's start to the last round's end
+    rounds: list[RoundTiming] = field(default_factory=list)
+
+    @property
+    def measuring_s(self) -> float:
+        return sum(r.measured_s for r in self.rounds)
+
+    def to_json(self) -> dict[str, Any]:
+        rounds_s = sum(r.wall_s for r in self.rounds)
+        n = len(self.rounds)
+        return {
+            "wall_s": round(self.wall_s, 3),
+            "start_s": round(self.start_s, 3),
+            "rounds": n,
+            "rounds_s": round(rounds_s, 3),
+            "measuring_s": round(self.measuring_s, 3),
+            "measuring_fraction": round(self.measuring_s / self.wall_s, 4) if self.wall_s > 0 else None,
+            "overhead_per_round_s": round((rounds_s - self.measuring_s) / n, 3) if n else None,
+            "job_phases_median_s": self._phase_medians(),
+            "per_round": [[r.jobs, round(r.wall_s, 3), round(r.measured_s, 3)] for r in self.rounds],
+        }
+
+    def _phase_medians(self) -> dict[str, float]:
+        """The median of each job phase over every job, and of the round's wait for its slowest job
+        beyond the job's own time (the barrier between rounds)."""
+        by: dict[str, list[float]] = {}
+        for r in self.rounds:
+            for ph in r.phases:
+                for k, v in ph.items():
+                    by.setdefault(k, []).append(v)
+                total = sum(ph.values())
+                if total:
+                    by.setdefault("barrier", []).append(max(0.0, r.wall_s - total))
+        return {k: round(statistics.median(v), 3) for k, v in by.items()}
+
+
 @dataclass
 class MatrixRun:
     hosts: list[str]
@@ -90,6 +148,7 @@ class MatrixRun:
     notes: list[str] = field(default_factory=list)
     launcher: str | None = None
     interrupted: bool = False  # Ctrl-C: what was measured is judged and printed, exit 130
+    timing: MatrixTiming = field(default_factory=MatrixTiming)
 
     @property
     def retests(self) -> int:
@@ -136,5 +195,6 @@ class MatrixRun:
             "pairs": [m.to_json() for m in self.measurements],
             "findings": [f.to_json() for f in self.findings],
             "interrupted": self.interrupted,
+            "timing": self.timing.to_json(),
             "exit_code": self.exit_code,
         }
