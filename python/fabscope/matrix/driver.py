@@ -54,8 +54,9 @@ def run(hosts: Sequence[str], patterns: Sequence[str], schedule: Schedule, rule:
             if batch:
                 began = time.monotonic()
                 got = measurer.measure(batch, round_no)
-                result.timing.rounds.append(RoundTiming(len(batch), time.monotonic() - began,
-                                                        max((m.measured_s or 0.0 for m in got), default=0.0),
+                measured = [m.measured_s or 0.0 for m in got]
+                result.timing.rounds.append(RoundTiming(len(batch), time.monotonic() - began, sum(measured),
+                                                        max(measured, default=0.0),
                                                         [m.phases for m in got if m.phases]))
                 out += got
         return out
