@@ -240,10 +240,13 @@ def _made_by_up() -> list[str]:
     found += [str(p) for p in Path("/etc/netns").glob("fs-*")]
     if launch.RUN_DIR.exists():
         found.append(str(launch.RUN_DIR))
+    if "fabscope netns testbed" in Path("/etc/hosts").read_text():
+        found.append("/etc/hosts (the testbed's block)")
     return found
 
 
 def test_four_hosts_reach_each_other_over_both_networks_and_down_removes_everything(clean: None) -> None:
+    etc_hosts = Path("/etc/hosts").read_text()
     st = netns.up(None, 4)
     assert st["up"] and st["hosts"] == ["fs-a", "fs-b", "fs-c", "fs-d"]
     for i, host in enumerate(st["hosts"]):
@@ -264,12 +267,21 @@ def test_four_hosts_reach_each_other_over_both_networks_and_down_removes_everyth
     # Each host has its own name.
     r = subprocess.run(netns.ns_exec_argv("fs-c", ["hostname"]), capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "fs-c"
+    # The head (where the launchers run) finds the names in its /etc/hosts, never asking DNS (whose
+    # dropped queries cost mpirun 5 s here); a fresh process reads the file as it is now.
+    lookup = "import socket, sys; print(' '.join(socket.gethostbyname(n) for n in sys.argv[1:]))"
+    names = [n for h in st["hosts"] for n in (h, f"{h}-fabric")]
+    got = subprocess.run([sys.executable, "-c", lookup, *names], capture_output=True, text=True, check=True,
+                         timeout=10).stdout.split()
+    assert got == [a for h in st["hosts"] for a in (netns.mgmt_ip(h), netns.fabric_ip(h))]
     # Declarative: fewer hosts removes the rest.
     st = netns.up(None, 3)
     assert st["hosts"] == ["fs-a", "fs-b", "fs-c"] and not os.path.exists("/run/netns/fs-d")
+    assert "fs-d" not in Path("/etc/hosts").read_text() and Path("/etc/hosts").read_text().count("fs-c-fabric") == 1
     res = netns.down()
     assert res["removed"] == ["fs-a", "fs-b", "fs-c"]
     assert _made_by_up() == []
+    assert Path("/etc/hosts").read_text() == etc_hosts  # what was there before, byte for byte
 
 
 def test_more_than_sixteen_or_fewer_than_two_hosts_is_refused(clean: None) -> None:

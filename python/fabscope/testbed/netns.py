@@ -285,6 +285,7 @@ def _up(
         if ns_exists(host):
             run(["ip", "netns", "del", host], what=f"delete network namespace {host} (not in --hosts {n_hosts})")
     launch.write_files({h: mgmt_ip(h) for h in names}, {h: fabric_ip(h) for h in names}, ALL_HOSTS)
+    launch.write_head_hosts({h: mgmt_ip(h) for h in names}, {h: fabric_ip(h) for h in names})
     shaping.clear_pairs(launch.RUN_DIR)
     if shutil.which("tc"):
         for host in names:
@@ -433,6 +434,7 @@ def _down() -> dict[str, Any]:
             raise TestbedError(f"remove {HEAD_DEV} failed: {gone.stderr.strip()}")
         also.append(HEAD_DEV)
     also += launch.remove_run_dir()
+    also += launch.remove_head_hosts()
     return {"removed": removed, "also_removed": also, "lingering": lingering, "up": False}
 
 
