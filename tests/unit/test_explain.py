@@ -158,16 +158,19 @@ def test_link_is_clear_on_a_real_run_and_unchecked_on_a_record_without_carrier_c
 
 
 def test_carrier_change_on_the_carrying_netdev_is_named_synthetic() -> None:
-    """A real loopback record with its lo's carrier_changes edited to +2 (down and up) over the run;
-    the same change on a netdev that carried nothing of the run (eth0) is not this run's link."""
+    """A real loopback record with its lo's carrier_changes edited to +2 (down and up) over the run,
+    in both engines' snapshots of the one host: named once; the same change on a netdev that
+    carried nothing of the run (eth0) is not this run's link."""
     default, _ = (json.loads(line) for line in BUFFERS.read_text().splitlines())
     flap = copy.deepcopy(default)
-    lo = flap["counters"]["peer"]["net"]["lo"]
-    lo["after"]["carrier_changes"] = lo["before"]["carrier_changes"] + 2
-    lo["after"]["carrier_down_count"] = lo["before"]["carrier_down_count"] + 1
+    for side in ("local", "peer"):
+        lo = flap["counters"][side]["net"]["lo"]
+        lo["after"]["carrier_changes"] = lo["before"]["carrier_changes"] + 2
+        lo["after"]["carrier_down_count"] = lo["before"]["carrier_down_count"] + 1
     link = cause_of(flap, "link")
     host = flap["counters"]["peer"]["host"]
-    assert link.seen and f"carrier_changes +2 on lo ({host}), carrier_down_count +1 on lo ({host})" in link.evidence
+    assert link.seen and link.evidence.count(
+        f"carrier_changes +2 on lo ({host}), carrier_down_count +1 on lo ({host})") == 1, link.evidence
     assert link.fix and "ethtool" in link.fix
     other = copy.deepcopy(default)
     eth = other["counters"]["local"]["net"]["eth0"]
@@ -521,3 +524,15 @@ def test_transports_on_the_librarys_own_sockets_are_judged_by_those_sockets() ->
     # RDMA: a TCP socket in the engine is not the payload's path; the RDMA counters judge it.
     verbs = _with_library_sockets(raw("softroce-verbs-send-lat-stray-retries.jsonl"), "local", 4000, 900)
     assert states(verbs)["retransmission"] == "clear"
+
+
+def test_a_loopback_run_names_each_counter_once_and_says_pauses_were_not_counted() -> None:
+    """A real loopback verbs run in one Soft-RoCE guest: both engines snapshot the same rxe0 port and
+    eth0, so a loss counter that moved is in both snapshots; it is one port's loss, named and summed
+    once. eth0's driver (virtio_net) lists no pause statistics, which the verdict says whatever it is."""
+    rec = raw("softroce-loopback-verbs-send-bw-retries.jsonl")
+    assert rec["counters"]["local"]["net"]["eth0"]["after"]["ethtool"] == {}
+    (ret,) = [c for c in explain(rec).causes if c.cause == "retransmission"]
+    assert ret.state == "seen", ret
+    assert ret.evidence.count("duplicate_request +178 on rxe0/1 (softroce)") == 1, ret.evidence
+    assert ret.evidence.endswith("; pause frames not counted on eth0 (softroce): the driver lists no pause statistics")

@@ -284,6 +284,18 @@ def _carriers(rec: Mapping[str, Any], side: str) -> list[str]:
     return [d for d in out if isinstance(d, str)]
 
 
+def _snapshot_sides(rec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The sides whose counter snapshots are of different devices: both, unless the two engines ran
+    on one host (a loopback run: same host name, same boot), whose ports and netdevs both snapshots
+    hold, so a counter that moved would be named, and summed, twice."""
+    snaps = _m(rec, "counters")
+    local, peer = _m(snaps, "local"), _m(snaps, "peer")
+    boot = _m(rec, "host").get("boot_id"), _m(rec, "peer_host").get("boot_id")
+    if local.get("host") and local.get("host") == peer.get("host") and boot[0] and boot[0] == boot[1]:
+        return ("local",)
+    return ("local", "peer")
+
+
 def _rdma_ports(rec: Mapping[str, Any], side: str) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
     """(host, port name, its counters) for every RDMA port of ``side``'s counter snapshot."""
     snap = _m(_m(rec, "counters"), side)
@@ -299,7 +311,7 @@ def _counter_loss(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[st
     moved: list[str] = []
     read: list[str] = []
     stray: list[str] = []
-    for side in ("local", "peer"):
+    for side in _snapshot_sides(rec):
         snap = _m(_m(rec, "counters"), side)
         host = snap.get("host") or side
         for _, name, dev in _rdma_ports(rec, side):
@@ -336,7 +348,7 @@ def _congestion(rec: Mapping[str, Any]) -> tuple[list[str], int]:
     both sides."""
     moved: list[str] = []
     read: list[str] = []
-    for side in ("local", "peer"):
+    for side in _snapshot_sides(rec):
         for host, name, dev in _rdma_ports(rec, side):
             moved += _moved(dev, name, host, RDMA_CONGESTION_COUNTERS, read)[0]
     return moved, len(read)
@@ -351,7 +363,7 @@ def _pauses(rec: Mapping[str, Any]) -> tuple[list[str], int, list[str]]:
     read = 0
     none: list[str] = []
     seen: set[str] = set()  # "NETDEV (HOST)": a loopback run's two snapshots are of one netdev
-    for side in ("local", "peer"):
+    for side in _snapshot_sides(rec):
         snap = _m(_m(rec, "counters"), side)
         host = snap.get("host") or side
         for _, _, dev in _rdma_ports(rec, side):
@@ -454,8 +466,12 @@ def _retransmission(rec: Mapping[str, Any]) -> Cause:
                 "tc -s qdisc on the path); for RoCE enable PFC/ECN on the fabric")
     signals = congested + paused
     signalled = ("; the fabric signalled congestion: " + ", ".join(signals)) if signals else ""
+    # Whether PFC paused the port cannot be told where the driver counts no pause frames: said in
+    # every verdict of an RDMA run, since a loss on a RoCE fabric that should be lossless asks it.
+    unpaused = (f"; pause frames not counted on {', '.join(no_pause)}: the driver lists no pause statistics"
+                if no_pause else "")
     if moved:
-        return Cause("retransmission", "seen", "during the run: " + ", ".join(moved) + signalled,
+        return Cause("retransmission", "seen", "during the run: " + ", ".join(moved) + signalled + unpaused,
                      cost="every lost packet is resent after a timeout or NAK; bandwidth sags and latency grows a tail",
                      fix=fix_loss)
     if signals:
@@ -473,7 +489,8 @@ def _retransmission(rec: Mapping[str, Any]) -> Cause:
                          "host, PCIe, a receive ring too small); check which priority carries RoCE and the "
                          "switch's buffer headroom for it")
         return Cause("retransmission", "seen",
-                     "no loss counter moved, but the fabric signalled congestion during the run: " + ", ".join(signals),
+                     "no loss counter moved, but the fabric signalled congestion during the run: " + ", ".join(signals)
+                     + unpaused,
                      cost="; ".join(costs) + ": bandwidth below the link's, with no packet lost",
                      fix="; ".join(fixes))
     sender = _sockets_not_ours(local)
@@ -482,10 +499,7 @@ def _retransmission(rec: Mapping[str, Any]) -> Cause:
     if not _tcp_kernel(local):
         if any(r.rpartition(":")[2] in RDMA_LOSS_COUNTERS for r in read):
             quiet = (f"; no congestion counter moved ({congestion_read + pause_read} read)"
-                     if congestion_read + pause_read else "")
-            if no_pause:
-                quiet += (f"; pause frames not counted on {', '.join(no_pause)}: the driver lists no pause "
-                          "statistics")
+                     if congestion_read + pause_read else "") + unpaused
             if stray:
                 return Cause("retransmission", "clear", f"a few stray retries ({'; '.join(stray)}): below "
                                                         f"{RDMA_STRAY_RETRIES} and {RETRANS_SHARE:.1%} of the packets{quiet}")
@@ -785,7 +799,7 @@ def _link(rec: Mapping[str, Any]) -> Cause:
     counters = _m(rec, "counters")
     moved: list[str] = []
     read = 0
-    for side in ("local", "peer"):
+    for side in _snapshot_sides(rec):
         snap = _m(counters, side)
         host = snap.get("host") or side
         devs: list[tuple[str, Mapping[str, Any], tuple[str, ...]]]
