@@ -315,3 +315,18 @@ def test_timing_counts_the_measured_phases_over_the_jobs_at_once() -> None:
     assert doc["overhead_per_round_s"] == pytest.approx((doc["rounds_s"] - 28 * 2.0) / 28, abs=1e-3)
     assert doc["measuring_fraction"] == pytest.approx(42.0 / t.wall_s, rel=1e-3)  # > 1: nothing really waited
     assert "timing: " in render.text(result) and "28 rounds, measuring 42.0 s" in render.text(result)
+
+
+def test_a_pairs_measuring_time_is_its_longer_span() -> None:
+    """A bandwidth pair measured at the receiver: the receiver's span (rx_duration_s, start to the
+    last arrival) is what the figure is computed over and outlasts the sender's duration_s by what
+    was in flight; a record from an engine without it counts the sender's."""
+    from fabscope.matrix.execute import measurement_from
+
+    new = json.loads((RECORDS / "tcp-send-bw-loopback-rx-duration.jsonl").read_text().splitlines()[0])
+    assert new["rx_duration_s"] > new["duration_s"]
+    m = measurement_from("a", "b", "bw", "screen", 0, [new], None)
+    assert m.measured_s == new["rx_duration_s"]
+    old = json.loads((RECORDS / "tcp-send-bw-loopback.jsonl").read_text().splitlines()[0])
+    assert "rx_duration_s" not in old
+    assert measurement_from("a", "b", "bw", "screen", 0, [old], None).measured_s == old["duration_s"]

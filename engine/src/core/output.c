@@ -300,6 +300,14 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
         cJSON_AddStringToObject(rec, "bandwidth_measured_at",
                                 active ? "receiver (its start to the last arrival)"
                                        : "initiator (completions; remote-acknowledged)");
+        if (active) {
+            /* The span the bandwidth is computed over, which duration_s (the sender's, up to its
+             * last send) falls short of by what was still in flight: the measured phase's length. */
+            uint64_t span = theirs->rx_span_ns;
+            if (r->pat == FS_PAT_BIBW && mine->rx_span_ns > span)
+                span = mine->rx_span_ns;
+            cJSON_AddNumberToObject(rec, "rx_duration_s", r6((double)span / 1e9));
+        }
         add_rate(rec, "", &total, row);
         if (!total.valid)
             cJSON_AddItemToArray(

@@ -348,7 +348,10 @@ class Result:
     size: int
     iterations: int
     warmup: int
-    duration_s: float | None
+    duration_s: float | None  # the engine's measured phase: a sender's first to last send
+    # bw/bibw measured at the receiver: its span (start to the last arrival), which the bandwidth
+    # is computed over; longer than a sender's duration_s by what was still in flight.
+    rx_duration_s: float | None
     latency: Latency | None
     latency_definition: str | None
     bandwidth: Bandwidth | None
@@ -421,7 +424,7 @@ def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
         schema_version=int(num), version=_str(rec, "version"), status=str(rec.get("status") or "ok"),
         backend=_str(rec, "backend"), op=_str(rec, "op"), pattern=pattern, size=_int(rec, "size"),
         iterations=_int(rec, "iterations"), warmup=_int(rec, "warmup"),
-        duration_s=_opt_num(rec, "duration_s"), latency=latency,
+        duration_s=_opt_num(rec, "duration_s"), rx_duration_s=_opt_num(rec, "rx_duration_s"), latency=latency,
         latency_definition=_opt_str(rec, "latency_definition"), bandwidth=bandwidth, config=config,
         transport=transport, host=HostInfo.parse(_opt_obj(rec, "host")),
         peer_host=HostInfo.parse(_opt_obj(rec, "peer_host")), warnings=tuple(_strings(rec, "warnings")),
