@@ -8,17 +8,21 @@ The same driver runs real measurements (``fabscope.matrix.execute``) and the sim
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
-from ..results.matrix import MatrixRun, Measurement, RoundTiming
+from ..results.matrix import JobTiming, MatrixRun, Measurement
 from . import findings as findings_mod
-from . import rules
+from . import pipeline, rules
 from .rules import Job, Rule
 from .schedule import Schedule
 
 
 class Measurer(Protocol):
+    """A measurer whose ``pipelined`` attribute is true measures one job per call from many threads
+    at once (the real ones: agents, MPI jobs); the screen then runs without a barrier between
+    rounds (pipeline.py). Without it (the simulation), round by round."""
+
     unreachable: dict[str, str]
 
     def measure(self, jobs: Sequence[Job], round_no: int) -> list[Measurement]:
@@ -46,18 +50,19 @@ def run(hosts: Sequence[str], patterns: Sequence[str], schedule: Schedule, rule:
     started: time.monotonic() at the command's start (the launcher's and agents' time counts as
     start-up in the run's timing); None: the first round's start."""
 
+    def timed(got: list[Measurement], wall: float) -> None:
+        result.timing.jobs += [JobTiming(wall, m.measured_s or 0.0, m.phases) for m in got]
+
     def measure(jobs: list[Job], round_no: int) -> list[Measurement]:
         step = parallel or len(jobs)
         out: list[Measurement] = []
         for i in range(0, len(jobs), step):
             batch = [j for j in jobs[i:i + step] if j[0] not in measurer.unreachable and j[1] not in measurer.unreachable]
             if batch:
+                result.timing.slots = max(result.timing.slots, len(batch))
                 began = time.monotonic()
                 got = measurer.measure(batch, round_no)
-                measured = [m.measured_s or 0.0 for m in got]
-                result.timing.rounds.append(RoundTiming(len(batch), time.monotonic() - began, sum(measured),
-                                                        max(measured, default=0.0),
-                                                        [m.phases for m in got if m.phases]))
+                timed(got, time.monotonic() - began)
                 out += got
         return out
 
@@ -71,19 +76,44 @@ def run(hosts: Sequence[str], patterns: Sequence[str], schedule: Schedule, rule:
         """Screen, then retest passes; returns the centres (from the screen)."""
         total = screen_steps(schedule, patterns, directions)
         done = 0
-        for r, pairs in enumerate(schedule):
-            for pattern in patterns:
-                for forward in (True, False) if directions == "both" else (r % 2 == 0,):
-                    jobs: list[Job] = []
-                    for a, b in pairs:
-                        src, dst = (hosts[a], hosts[b]) if forward else (hosts[b], hosts[a])
-                        if src not in measurer.unreachable and dst not in measurer.unreachable:
-                            jobs.append((src, dst, pattern, "screen"))
-                    if jobs:
-                        result.measurements += measure(jobs, r)
-                    done += 1
-                    if progress:
-                        progress(done, total, f"round {r + 1}/{schedule.rounds} {pattern}")
+
+        def steps() -> Iterator[pipeline.Step]:
+            for r, pairs in enumerate(schedule):
+                for pattern in patterns:
+                    for forward in (True, False) if directions == "both" else (r % 2 == 0,):
+                        jobs: list[Job] = []
+                        for a, b in pairs:
+                            src, dst = (hosts[a], hosts[b]) if forward else (hosts[b], hosts[a])
+                            if src not in measurer.unreachable and dst not in measurer.unreachable:
+                                jobs.append((src, dst, pattern, "screen"))
+                        yield pipeline.Step(r, jobs, f"round {r + 1}/{schedule.rounds} {pattern}")
+
+        def step_done(step: pipeline.Step) -> None:
+            nonlocal done
+            done += 1
+            if progress:
+                progress(done, total, step.label)
+
+        if getattr(measurer, "pipelined", False):
+            widest = len(schedule.round(0)) if schedule.rounds else 1  # a round's width: hosts / 2
+            slots = max(1, min(parallel or widest, widest))
+            result.timing.slots = slots
+            got: dict[int, list[Measurement]] = {}
+
+            def job_done(index: int, measured: list[Measurement], wall: float) -> None:
+                got[index] = measured
+                timed(measured, wall)
+
+            try:
+                pipeline.run(steps(), lambda job, r: measurer.measure([job], r), slots, measurer.unreachable,
+                             job_done, step_done)
+            finally:  # in schedule order, whatever order they ended in (and on Ctrl-C, what came)
+                result.measurements += [m for i in sorted(got) for m in got[i]]
+        else:
+            for step in steps():
+                if step.jobs:
+                    result.measurements += measure(step.jobs, step.round_no)
+                step_done(step)
         centres = rules.centres(result.measurements)
         rules.mark(rule, result.measurements, centres)
         passes = max_passes if max_passes is not None else rule.retests + 2

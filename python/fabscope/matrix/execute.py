@@ -87,6 +87,7 @@ def measure_concurrently(job: Callable[[Job, int], Measurement], jobs: Sequence[
 
 @dataclass
 class AgentMeasurer:
+    pipelined = True  # one job per call, from many threads (driver.Measurer)
     agents: dict[str, AgentConn]
     engine_args: list[str]
     timeout_s: float
@@ -162,6 +163,7 @@ class MpiMeasurer:
     """--backend mpi: each job a 2-rank MPI job on (src, dst), the matrix's RunPlan with the pair's hosts
     (plan.py: the same launch as `fabscope run --backend mpi --hosts SRC,DST`)."""
 
+    pipelined = True  # one job per call, from many threads (driver.Measurer)
     plan: RunPlan  # where: an MpiLaunch without hosts; each job places its pair
     unreachable: dict[str, str] = field(default_factory=dict)
 

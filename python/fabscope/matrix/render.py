@@ -98,11 +98,11 @@ def text(run: MatrixRun) -> str:
             out.append("  bytes per device: " + ", ".join(f"{d} {b}" for d, b in list(carried.items())[:4]))
     out += [f"note: {n}" for n in run.notes]
     t = run.timing
-    if t.rounds and t.wall_s > 0:
+    if t.jobs and t.wall_s > 0:
         j = t.to_json()
-        out.append(f"timing: {t.wall_s:.1f} s in all ({t.start_s:.1f} s until the agents were in), {j['rounds']} rounds, "
-                   f"measuring {t.measuring_s:.1f} s ({t.measuring_s / t.wall_s:.0%} of the time), overhead "
-                   f"{j['overhead_per_round_s']:.2f} s a round")
+        out.append(f"timing: {t.wall_s:.1f} s in all ({t.start_s:.1f} s until the agents were in), {j['jobs']} pair "
+                   f"measurements, {t.slots} at once, measuring {t.measuring_s:.1f} s ({t.measuring_s / t.wall_s:.0%} "
+                   f"of the time), overhead {j['overhead_per_job_s']:.2f} s a pair")
     return "\n".join(out) + "\n"
 
 

@@ -83,63 +83,49 @@ class Finding:
 
 
 @dataclass(slots=True)
-class RoundTiming:
-    """One round of jobs run at once: its wall time and its jobs' measured phases."""
+class JobTiming:
+    """One pair measurement: its wall time (from its start until its hosts were free again; in a
+    round measured at once, the round's) and its measured phases."""
 
-    jobs: int
     wall_s: float
-    measured_s: float  # the sum of its jobs' measured phases
-    longest_s: float  # the longest of them: the round cannot end sooner
-    phases: list[dict[str, float]] = field(default_factory=list)  # each job's Measurement.phases
+    measured_s: float  # the job's Measurement.measured_s
+    phases: dict[str, float] = field(default_factory=dict)  # the job's Measurement.phases
 
 
 @dataclass
 class MatrixTiming:
     """Where a matrix's time went (issue 24: a matrix that spends its time measuring)."""
 
-    start_s: float = 0.0  # from the command's start to the first round: launcher, agents checking in
-    wall_s: float = 0.0  # from the command's start to the last round's end
-    rounds: list[RoundTiming] = field(default_factory=list)
-
-    @property
-    def slots(self) -> int:
-        """The most jobs that ran at once (hosts / 2, or --parallel)."""
-        return max((r.jobs for r in self.rounds), default=0)
+    start_s: float = 0.0  # from the command's start to the first job: launcher, agents checking in
+    wall_s: float = 0.0  # from the command's start to the last job's end
+    slots: int = 0  # the most jobs at once: a round's width (hosts / 2), or --parallel
+    jobs: list[JobTiming] = field(default_factory=list)
 
     @property
     def measuring_s(self) -> float:
         """The wall time the measurements need at that many at once: the sum of every job's measured
         phases over the slots (issue 24's 199 s of pair durations / 4 pairs at once = 50 s)."""
-        return sum(r.measured_s for r in self.rounds) / self.slots if self.slots else 0.0
+        return sum(j.measured_s for j in self.jobs) / self.slots if self.slots else 0.0
 
     def to_json(self) -> dict[str, Any]:
-        rounds_s = sum(r.wall_s for r in self.rounds)
-        n = len(self.rounds)
         return {
             "wall_s": round(self.wall_s, 3),
             "start_s": round(self.start_s, 3),
-            "rounds": n,
-            "rounds_s": round(rounds_s, 3),
+            "jobs": len(self.jobs),
+            "jobs_at_once": self.slots,
             "measuring_s": round(self.measuring_s, 3),
             "measuring_fraction": round(self.measuring_s / self.wall_s, 4) if self.wall_s > 0 else None,
-            "jobs_at_once": self.slots,
-            # A round's wait beyond its longest measurement: start-up, warmup, counters, the barrier.
-            "overhead_per_round_s": round((rounds_s - sum(r.longest_s for r in self.rounds)) / n, 3) if n else None,
+            # A job's time beyond its measured phases: engine start, warmup, counters, the agent.
+            "overhead_per_job_s": (round(statistics.median(j.wall_s - j.measured_s for j in self.jobs), 3)
+                                   if self.jobs else None),
             "job_phases_median_s": self._phase_medians(),
-            "per_round": [[r.jobs, round(r.wall_s, 3), round(r.longest_s, 3)] for r in self.rounds],
         }
 
     def _phase_medians(self) -> dict[str, float]:
-        """The median of each job phase over every job, and of the round's wait for its slowest job
-        beyond the job's own time (the barrier between rounds)."""
         by: dict[str, list[float]] = {}
-        for r in self.rounds:
-            for ph in r.phases:
-                for k, v in ph.items():
-                    by.setdefault(k, []).append(v)
-                total = sum(ph.values())
-                if total:
-                    by.setdefault("barrier", []).append(max(0.0, r.wall_s - total))
+        for j in self.jobs:
+            for k, v in j.phases.items():
+                by.setdefault(k, []).append(v)
         return {k: round(statistics.median(v), 3) for k, v in by.items()}
 
 
