@@ -116,6 +116,20 @@ void fs_clock_begin(void)
 #endif
 }
 
+static int refuse_tsc(const char *why, struct fs_err *err)
+{
+    return fs_fail(err, FS_EXIT_USAGE,
+                   "--clock tsc: %s. Use --clock monotonic (or auto, which falls back to it and "
+                   "says so)",
+                   why);
+}
+
+int fs_clock_check(const char *want, const char *root, struct fs_err *err)
+{
+    const char *why = strcmp(want, "tsc") == 0 ? fs_tsc_unusable(root) : NULL;
+    return why ? refuse_tsc(why, err) : 0;
+}
+
 int fs_clock_setup(const char *want, const char *root, struct fs_clock_info *info,
                    struct fs_err *err)
 {
@@ -129,10 +143,7 @@ int fs_clock_setup(const char *want, const char *root, struct fs_clock_info *inf
             why = "the TSC did not advance steadily against CLOCK_MONOTONIC while measuring its rate";
 #endif
         if (why && strcmp(want, "tsc") == 0)
-            return fs_fail(err, FS_EXIT_USAGE,
-                           "--clock tsc: %s. Use --clock monotonic (or auto, which falls back "
-                           "to it and says so)",
-                           why);
+            return refuse_tsc(why, err);
     }
     if (fs_tsc.on) {
         info->source = "tsc (invariant, kernel clocksource tsc; rate measured against "

@@ -64,6 +64,8 @@ struct fs_clock_info {
  * Call after pinning the CPU. */
 int fs_clock_setup(const char *want, const char *root, struct fs_clock_info *info,
                    struct fs_err *err);
+/* fs_clock_setup's usage error, early: "tsc" on a host whose TSC cannot be trusted (0: fine). */
+int fs_clock_check(const char *want, const char *root, struct fs_err *err);
 /* Starts the measurement of the TSC's rate now: its first (TSC, CLOCK_MONOTONIC) pair. A later
  * fs_clock_setup then waits only for what is left of the 20 ms interval, so the engine's set-up
  * (control connection, session, the peer's) runs inside it instead of after it: ~20 ms off each

@@ -455,11 +455,8 @@ int fs_run_client(struct fs_run *r, struct fs_out *out, struct fs_err *err)
         return -1;
     cJSON *peer_transport = cJSON_DetachItemFromObjectCaseSensitive(connected, "transport");
     cJSON_Delete(connected);
-    if (fs_clock_setup(r->spec.clock, "", &r->clock, err)) { /* begun at start-up (entry.c) */
-        cJSON_Delete(peer_transport);
-        send_error(r, err);
-        return -1;
-    }
+    if (fs_clock_setup(r->spec.clock, "", &r->clock, err)) /* begun at start-up (entry.c) */
+        goto fail_transport;
     fs_out_begin(out, r);
     for (size_t i = 0; i < r->spec.sizes.n; i++) {
         uint64_t size = r->spec.sizes.v[i];

@@ -306,14 +306,8 @@ int fs_engine_run(int argc, char **argv)
     /* The clock's rate and cost are measured on the CPU the engine will run on: the rate's
      * interval starts here and ends once the peer is connected (fs_run_client/fs_run_server);
      * a --clock tsc that this host cannot honour is refused now, before anything connects. */
-    const char *no_tsc = strcmp(r->spec.clock, "tsc") == 0 ? fs_tsc_unusable("") : NULL;
-    if (no_tsc) {
-        fs_fail(&err, FS_EXIT_USAGE,
-                "--clock tsc: %s. Use --clock monotonic (or auto, which falls back to it and says so)",
-                no_tsc);
-        return finish(r, client_out, &err, -1);
-    }
-    if (fs_place(r->spec.cpu, r->spec.cpu_slot, r->spec.device, &r->si, &err) ||
+    if (fs_clock_check(r->spec.clock, "", &err) ||
+        fs_place(r->spec.cpu, r->spec.cpu_slot, r->spec.device, &r->si, &err) ||
         (r->spec.hold_cpu_latency && fs_hold_cpu_latency(&r->si, &err)))
         return finish(r, client_out, &err, -1);
     fs_clock_begin();

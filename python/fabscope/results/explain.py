@@ -360,32 +360,23 @@ def _pauses(rec: Mapping[str, Any]) -> tuple[list[str], int, list[str]]:
     pause statistics (`ethtool -S`: counters.*.net.X.before/after.ethtool; absent where it could not
     ask a driver, as in a sysfs fixture tree or an older engine)."""
     moved: list[str] = []
-    read = 0
+    read: list[str] = []
     none: list[str] = []
-    seen: set[str] = set()  # "NETDEV (HOST)": a loopback run's two snapshots are of one netdev
     for side in _snapshot_sides(rec):
         snap = _m(_m(rec, "counters"), side)
         host = snap.get("host") or side
-        for _, _, dev in _rdma_ports(rec, side):
-            for netdev in dev.get("ndevs") or []:
-                entry = _m(_m(snap, "net"), str(netdev))
-                after = _m(entry, "after").get("ethtool")
-                where = f"{netdev} ({host})"
-                if where in seen or not isinstance(after, Mapping):
-                    continue
-                seen.add(where)
-                if not after:
-                    none.append(where)
-                    continue
-                before = _m(_m(entry, "before"), "ethtool")
-                for key in sorted(after):
-                    a, b = _n(after, key), _n(before, key)
-                    if a is None or b is None:
-                        continue
-                    read += 1
-                    if a > b:
-                        moved.append(f"{key} +{_fmt(a - b)} on {where}")
-    return moved, read, none
+        # A netdev once per side, though several ports may sit on it (a bond, a port's two GIDs).
+        for netdev in dict.fromkeys(str(n) for _, _, dev in _rdma_ports(rec, side) for n in dev.get("ndevs") or []):
+            entry = _m(_m(snap, "net"), netdev)
+            after = _m(entry, "after").get("ethtool")
+            if not isinstance(after, Mapping):
+                continue
+            if not after:
+                none.append(f"{netdev} ({host})")
+                continue
+            pauses = {"before": _m(_m(entry, "before"), "ethtool"), "after": after}
+            moved += _moved(pauses, netdev, host, sorted(after), read)[0]
+    return moved, len(read), none
 
 
 def _sockets_not_ours(local: Mapping[str, Any]) -> str | None:

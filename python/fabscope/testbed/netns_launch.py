@@ -171,13 +171,11 @@ def _rewrite_in_place(path: Path, text: str) -> None:
 def write_head_hosts(mgmt_ip: dict[str, str], fabric_ip: dict[str, str], path: Path = HEAD_HOSTS) -> None:
     """The testbed's names in the head's /etc/hosts, in one marked block (replaced, never added twice)."""
     block = [_BLOCK_BEGIN] + [f"{mgmt_ip[h]}\t{h}\n{fabric_ip[h]}\t{fabric_name(h)}" for h in mgmt_ip] + [_BLOCK_END]
-    kept = _without_block(path.read_text()) if path.exists() else ""
+    path.touch(exist_ok=True)
+    kept = _without_block(path.read_text())
     if kept and not kept.endswith("\n"):
         kept += "\n"
-    if path.exists():
-        _rewrite_in_place(path, kept + "\n".join(block) + "\n")
-    else:
-        path.write_text(kept + "\n".join(block) + "\n")
+    _rewrite_in_place(path, kept + "\n".join(block) + "\n")
 
 
 def remove_head_hosts(path: Path = HEAD_HOSTS) -> list[str]:
