@@ -20,16 +20,23 @@ if [ -z "${FABSCOPE_FAST:-}" ]; then
   FABSCOPE_ENGINE="$PWD/build/engine-asan/fabscope-engine" \
     python -m pytest -q -p no:cacheprovider tests/integration/test_tcp_loopback.py -k "sanity"
 
-  stage "engine: libFuzzer on the control-message parser (30 s)"
+  # The two fuzzers at once, each on a CPU of its own (each is one process): 30 s instead of 60.
+  stage "fuzzing, both at once for 30 s: libFuzzer on the engine's control-message parser, atheris on serve's control path"
   CC=clang cmake -S engine -B build/engine-fuzz -G Ninja -DFS_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
   ninja -C build/engine-fuzz fuzz_ctl >/dev/null
-  mkdir -p build/fuzz-corpus
+  mkdir -p build/fuzz-corpus build/fuzz-py-corpus
   cp engine/fuzz/corpus/* build/fuzz-corpus/
-  build/engine-fuzz/fuzz_ctl -max_total_time=30 -max_len=4096 build/fuzz-corpus 2>&1 | tail -3
-
-  stage "python: atheris on fabscope serve's control path (30 s)"
-  mkdir -p build/fuzz-py-corpus
-  python tests/fuzz/fuzz_control.py -max_total_time=30 -max_len=4096 build/fuzz-py-corpus tests/fuzz/corpus 2>&1 | tail -3
+  build/engine-fuzz/fuzz_ctl -max_total_time=30 -max_len=4096 build/fuzz-corpus > build/fuzz-c.log 2>&1 &
+  fuzz_c=$!
+  python tests/fuzz/fuzz_control.py -max_total_time=30 -max_len=4096 build/fuzz-py-corpus tests/fuzz/corpus \
+    > build/fuzz-py.log 2>&1 &
+  fuzz_py=$!
+  rc_c=0; wait "$fuzz_c" || rc_c=$?
+  rc_py=0; wait "$fuzz_py" || rc_py=$?
+  # A failing fuzzer's log shows its crash and the input that caused it: 40 lines of it, 3 otherwise.
+  echo "libFuzzer (engine, exit $rc_c):"; tail -n "$([ "$rc_c" -eq 0 ] && echo 3 || echo 40)" build/fuzz-c.log
+  echo "atheris (serve, exit $rc_py):"; tail -n "$([ "$rc_py" -eq 0 ] && echo 3 || echo 40)" build/fuzz-py.log
+  [ "$rc_c" -eq 0 ] && [ "$rc_py" -eq 0 ] || { echo "a fuzzer failed (exit $rc_c, $rc_py)"; exit 1; }
 fi
 
 if [ -z "${FABSCOPE_FAST:-}" ]; then
@@ -44,13 +51,18 @@ if [ -z "${FABSCOPE_FAST:-}" ]; then
   export FABSCOPE_DEB
 fi
 
-stage "python: unit and integration tests"
 markers="not soak"
 [ -n "${FABSCOPE_FAST:-}" ] && markers="not softroce and not soak and not packaging"
-python -m pytest -q -p no:cacheprovider --durations=60 ${markers:+-m "$markers"} tests
+# Unit and property tests need no root, no network and no engine, and half their time is waiting
+# (subprocess deadlines): four at once. Everything else times a network or a CPU, so one at a time.
+stage "python: unit and property tests (four workers)"
+python -m pytest -q -p no:cacheprovider -n 4 --durations=10 ${markers:+-m "$markers"} tests/unit tests/property
+stage "python: integration, netns, Soft-RoCE guest, packaging and browser tests (one at a time)"
+python -m pytest -q -p no:cacheprovider --durations=60 ${markers:+-m "$markers"} \
+  --ignore=tests/unit --ignore=tests/property tests
 
 if [ -z "${FABSCOPE_FAST:-}" ]; then
-  stage "python: soak of fabscope serve (honest runs among hostile connections, ~3 min)"
+  stage "python: soak of fabscope serve (honest runs among hostile connections, 2 min)"
   python -m pytest -q -p no:cacheprovider -s -m soak tests/integration/test_serve_soak.py
 fi
 echo; echo "=== every stage passed (${SECONDS} s) ==="

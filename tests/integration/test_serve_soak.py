@@ -4,7 +4,7 @@ many at once, wrong keys and replays. Zero serve deaths, every honest run comple
 descriptors and memory flat at the end. Loopback only; hostile clients come from other 127/8
 addresses (as on a real network they come from other hosts), the honest one from 127.0.0.1.
 
-Its own stage (`pytest -m soak`, scripts/test.sh); FABSCOPE_SOAK_SECONDS sets its length (180)."""
+Its own stage (`pytest -m soak`, scripts/test.sh); FABSCOPE_SOAK_SECONDS sets its length (120)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from fabscope.serve import HANDSHAKE_TIMEOUT_S
 
 pytestmark = pytest.mark.soak
 
-SECONDS = float(os.environ.get("FABSCOPE_SOAK_SECONDS", "180"))
+SECONDS = float(os.environ.get("FABSCOPE_SOAK_SECONDS", "120"))
 HONEST_ARGS = ["--iters", "20", "--warmup", "2", "--sizes", "8", "--clock", "monotonic"]
 
 

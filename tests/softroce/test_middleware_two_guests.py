@@ -1,4 +1,5 @@
-"""UCX, libfabric and MPI over RDMA between two Soft-RoCE guests, for real (issue 27).
+"""UCX, libfabric and MPI over RDMA between two Soft-RoCE guests, for real (issue 27); and, first in
+the same boot, the fabric matrix with the verbs backend across them.
 
 ONE two-guest boot (pinned, slow under TCG): the server guest runs the testbed's default
 `fabscope serve`; the client guest runs tests/softroce/middleware_cases.py, which first runs the
@@ -12,6 +13,8 @@ libfabric and MPI over rxe between the two guests".
 from __future__ import annotations
 
 import json
+import secrets
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ if str(REPO / "python") not in sys.path:
     sys.path.insert(0, str(REPO / "python"))
 
 from fabscope.testbed import softroce  # noqa: E402
+from fabscope.testbed.softroce_base import DEFAULT_SERVER_CMD  # noqa: E402
 
 pytestmark = pytest.mark.softroce  # the fixture skips, saying why, where a guest cannot boot
 
@@ -37,11 +41,19 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
     out = tmp_path_factory.mktemp("softroce-middleware")
     plan = out / "bench_plan.json"
     plan.write_text(json.dumps({"repeats": 1, "cases": [c.plan() for c in _bench_cases()]}))
+    token = out / "token"
+    token.write_text(secrets.token_urlsafe(24) + "\n")
+    token.chmod(0o600)
+    # First the verbs matrix (its agents: one in each guest), then the middleware cases.
+    client = ["sh", "-c", f"{shlex.join(MATRIX_AGENT)} & {shlex.join(MATRIX)} > /out/matrix.json; "
+              "echo $? > /out/matrix.rc; wait; exec python3 /fabscope-ctl/middleware_cases.py /out/cases"]
+    server = ["sh", "-c", f"{shlex.join(MATRIX_AGENT)} & exec {shlex.join(DEFAULT_SERVER_CMD)}"]
     with open(out / "console.log", "w") as console:
-        rc = softroce.run(["python3", "/fabscope-ctl/middleware_cases.py", "/out/cases"], two_guests=True,
+        rc = softroce.run(client, two_guests=True, server_cmd=server,
                           pin_cpus=True, timeout_s=1500, out_dir=out, stdout=console, stderr=console,
                           extra_files={"middleware_cases.py": HERE / "middleware_cases.py",
-                                       "middleware_bench.py": HERE / "middleware_bench.py", "bench_plan.json": plan})
+                                       "middleware_bench.py": HERE / "middleware_bench.py", "bench_plan.json": plan,
+                                       "token": token})
     log = (out / "console.log").read_text()
     lines = (out / "client" / "cases" / "cases.jsonl").read_text().splitlines() \
         if (out / "client" / "cases" / "cases.jsonl").exists() else []
@@ -54,7 +66,42 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
             if (suite / "hosts.jsonl").exists() else []
     bench = out / "client" / "cases" / "bench.jsonl"
     got["bench"] = {"records": [json.loads(line) for line in bench.read_text().splitlines()] if bench.exists() else []}
+    matrix = out / "client" / "matrix.json"
+    got["matrix"] = {"rc": int((out / "client" / "matrix.rc").read_text()), "log": log,
+                     "doc": json.loads(matrix.read_text()) if matrix.read_text().strip() else {}}
     return got
+
+
+# The fabric matrix with the verbs backend across the two guests: each guest's rxe0 carries its pairs,
+# both hosts' counters give the verdict. The guests have no Slurm and the matrix needs no MPI here: the
+# agents come from the testbed itself through `--launcher external` (the site's own starter: pdsh,
+# clush, flux, a batch script), with a token file the harness made. The client guest is both a matrix
+# host (its agent, in the background) and the launch node.
+MATRIX_COORDINATOR = f"{softroce.SUBNET}.2:18600"
+MATRIX_AGENT = ["fabscope", "matrix-agent", "--coordinator", MATRIX_COORDINATOR, "--token-file",
+                "/fabscope-ctl/token", "--connect-timeout", "300"]
+MATRIX = ["fabscope", "matrix", "--hosts", "client,server", "--launcher", "external",
+          "--coordinator", MATRIX_COORDINATOR, "--token-file", "/fabscope-ctl/token", "--connect-timeout", "300",
+          "--backend", "verbs", "--device", "rxe0", "--pattern", "lat,bw", "--sizes", "4K", "--iters", "300",
+          "--warmup", "20", "--timeout", "60", "--no-store", "--format", "json"]
+
+
+def test_verbs_matrix_between_the_two_guests(cases: dict[str, dict[str, Any]]) -> None:
+    doc, log = cases["matrix"]["doc"], cases["matrix"]["log"]
+    assert doc.get("schema") == "fabscope.matrix/1" and doc["launcher"] == "external", log[-4000:]
+    assert doc["hosts"] == ["client", "server"] and not doc["unreachable"], log[-3000:]
+    pairs = doc["pairs"]
+    # Both directions of the one pair, each pattern; rxe0 named and verified on both hosts.
+    assert {(p["src_host"], p["dst_host"], p["matrix"]["pattern"]) for p in pairs} == {
+        (a, b, pat) for a, b in (("client", "server"), ("server", "client")) for pat in ("lat", "bw")}, log[-3000:]
+    for p in pairs:
+        assert "error" not in p["matrix"] and p["backend"] == "verbs" and p["status"] == "ok", (
+            p["matrix"].get("error"), p["status"], log[-3000:])
+        assert p["path"]["requested"] == "rxe0" and p["path"]["verdict"] == "verified", p["path"]
+        assert {side["host"] for side in p["path"]["sides"].values()} == {"client", "server"}
+    lat = [p for p in pairs if p["matrix"]["pattern"] == "lat"]
+    assert all(p["latency_us"]["p50"] > 0 for p in lat)
+    assert cases["matrix"]["rc"] == 0, log[-3000:]  # two hosts: a pair alone cannot be judged against the fabric
 
 
 # bench/softroce_vs_middleware_peers.py in its smallest mode, in this boot: one case of each peer

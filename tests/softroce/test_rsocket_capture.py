@@ -1,4 +1,5 @@
-"""rsocket, `--backend tcp --preload rsocket` and `--capture`, for real between two Soft-RoCE guests.
+"""rsocket, `--backend tcp --preload rsocket` and `--capture`, for real between two Soft-RoCE guests;
+and the two-host suite's RDMA rows beside its tcp row between the same guests.
 
 One boot of the pair runs every case (boots are slow under TCG); the server guest runs a plain
 `fabscope serve` (18515) and one whose engines run under librspreload (`serve --preload rsocket`,
@@ -26,6 +27,11 @@ PRE = "fabscope run --backend tcp --preload rsocket --device rxe0 --timeout 60 -
 VERBS = "fabscope run --peer server --backend verbs --device rxe0 --timeout 60"
 CAP = "--op send --pattern bw --sizes 8K --iters 50 --warmup 10 --mtu 1024"
 CASES = {
+    # First, on the clean link: `fabscope suite --peer` against the serve, and `--preload-peer` against
+    # the serve whose engines run under librspreload (its report in /out/suite). tcp, verbs and
+    # rsocket rows only: UCX, libfabric and MPI over rxe are test_middleware_two_guests.py's.
+    "suite": "fabscope suite --peer peer --preload-peer peer:18600 --quick --no-store --timeout 30 "
+             "--backends tcp,verbs,rsocket --out /out/suite",
     "rs-lat": f"{RS} --pattern lat --sizes 64 --iters 300",
     "rs-bw": f"{RS} --pattern bw --sizes 64K --iters 300",
     "rs-bibw": f"{RS} --pattern bibw --sizes 64K --iters 200 --rsocket-inline 128 --rsocket-sqsize 256",
@@ -72,7 +78,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
     key.chmod(0o600)
     # NAME.t: the case's start and end (epoch s), to see where the guest time goes
     lines = [f"date +%s.%N > /out/{name}.t; ( {cmd} ) > /out/{name}.json 2> /out/{name}.err; echo $? > /out/{name}.rc; "
-             f"date +%s.%N >> /out/{name}.t" for name, cmd in CASES.items()]
+             f"date +%s.%N >> /out/{name}.t" for name, cmd in CASES.items()]  # suite: its report in /out/suite/
     rc = softroce.run(["sh", "-c", "\n".join(lines)], two_guests=True, pin_cpus=True, out_dir=out, timeout_s=1500,
                       server_cmd=["sh", "-c", SERVER.split(" ", 2)[2].strip("'")], extra_files={"key": key})
     assert rc == 0
@@ -254,3 +260,28 @@ def test_a_foreign_rdma_cm_request_on_a_keyed_sessions_port_is_rejected(pair: Pa
         assert rec["transport"][side]["cm"] is True and rec["transport"][side]["session_bound"] is True
     assert rec["transport"]["peer"]["strangers_rejected"] == 1, rec["transport"]["peer"]
     assert rec["path"]["verdict"] == "verified", rec["path"].get("reason")
+
+
+@pytest.mark.softroce
+def test_suite_peer_between_the_guests_has_verbs_rsocket_and_preload_rows(pair: Path) -> None:
+    """The two-host suite (`fabscope suite --peer peer --preload-peer peer:18600`): its verbs row on
+    rxe0 beside its tcp row, and sockets over RDMA beside them: the rsocket API and unmodified tcp
+    under the preload, both verified on rxe0."""
+    log = (pair / "suite.json").read_text() + (pair / "suite.err").read_text()
+    summary_file = pair / "suite" / "suite.json"
+    assert summary_file.exists(), log[-4000:]
+    rows = {r["label"]: r for r in json.loads(summary_file.read_text())["rows"]}
+    assert set(rows) == {"tcp send", "verbs send (device rxe0)", "rsocket send (device rxe0)",
+                         "tcp (rspreload) send"}, rows.keys()
+    row = rows["verbs send (device rxe0)"]
+    assert row["carried_by"].startswith("verbs rxe0/1") and row["path"] == "verified", row
+    assert isinstance(row["lat8_p50_us"], float) and isinstance(row["bw1m_gbps"], float), row
+    assert "verbs: not in this table" not in log
+    # the preload's row is judged against the RDMA device, not eth0
+    assert rows["rsocket send (device rxe0)"]["carried_by"] == "rsocket rxe0 via eth0", rows
+    assert rows["rsocket send (device rxe0)"]["path"] == "verified", rows
+    preload = rows["tcp (rspreload) send"]
+    assert preload["path"] == "verified" and isinstance(preload["bw1m_gbps"], float), preload
+    assert rows["tcp send"]["carried_by"] == "tcp via eth0", rows  # the plain row stays kernel TCP
+    # every row measured and none misrouted: the suite's own exit status says so (no allowance for 4 or 5)
+    assert _rc(pair, "suite") == 0, log[-3000:]

@@ -92,6 +92,9 @@ def fill_parser(p: argparse.ArgumentParser) -> None:
     r.add_argument("--numa", action="store_true",
                    help="single guest: two NUMA nodes (CPUs 0-1 on node 0, CPUs 2-3 on node 1) with the NIC(s) "
                         "on node 1, behind a PCI expander bridge")
+    r.add_argument("--vcpus", type=int, choices=(1, 2), default=1,
+                   help="single guest: its vCPUs (default 1). With 2, qemu runs each on a host thread of its "
+                        "own, so a server and a client in the one guest each get a CPU, as on a real host")
     r.add_argument("--pin-cpus", action="store_true",
                    help="with --two-guests: each guest's qemu on a host CPU of its own (the first two this "
                         "process may use), so each busy poller has a CPU to itself")
@@ -139,6 +142,9 @@ def _check(args: argparse.Namespace) -> None:
     if args.action == "run" and args.pin_cpus and not args.two_guests:
         raise FabscopeError("--pin-cpus pins each of two guests to a host CPU of its own: add --two-guests "
                             "(a single guest runs where the host schedules it)", EXIT_USAGE)
+    if args.action == "run" and args.vcpus != 1 and (args.two_guests or args.numa):
+        raise FabscopeError(f"--vcpus {args.vcpus} is for a single guest: two guests have one vCPU each "
+                            "(--pin-cpus gives each a host CPU) and --numa has its own layout; drop --vcpus")
     if args.action == "run" and args.numa and args.two_guests:
         raise FabscopeError("--numa boots ONE guest with two NUMA nodes: it cannot be combined with "
                             "--two-guests; drop one of them", EXIT_USAGE)
@@ -165,7 +171,7 @@ def _execute(args: argparse.Namespace) -> int:
             server_cmd: list[str] | None = args.server_cmd
             return run(cmd, two_guests=args.two_guests, siw=args.siw, timeout_s=args.timeout,
                        server_cmd=server_cmd, cache_dir=cache, out_dir=args.out, links=args.links,
-                       pin_cpus=args.pin_cpus, package=args.package, numa=args.numa)
+                       pin_cpus=args.pin_cpus, package=args.package, numa=args.numa, vcpus=args.vcpus)
         if args.action == "capture-sysfs":
             dest = args.dest or repo_root() / "tests/fixtures/sysfs/rxe-qemu"
             print(capture_sysfs(dest, cache_dir=cache))

@@ -280,7 +280,7 @@ def _numa_args() -> list[str]:
 
 def _qemu_argv(
     qemu: str, img: Image, repo: Path, ctl: Path, out: Path, nics: Sequence[tuple[str, str]],
-    numa: bool = False,
+    numa: bool = False, vcpus: int = 1,
 ) -> list[str]:
     """``nics``: (qemu -netdev spec without its id, MAC) per NIC: eth0, eth1, ...
     ``numa``: two NUMA nodes, the NICs on node 1 (see :func:`_numa_args`)."""
@@ -311,7 +311,7 @@ def _qemu_argv(
     nic_bus = NUMA_PXB_ID if numa else "pci.0"
     return [
         qemu, "-accel", accel, *bios, "-cpu", "max", "-m", str(GUEST_MEMORY_MB),
-        *(_numa_args() if numa else ["-smp", "1"]),
+        *(_numa_args() if numa else ["-smp", str(vcpus)]),
         "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
         "-serial", "stdio",
         "-kernel", str(kernel), "-initrd", str(img.initrd), "-append", cmdline,
@@ -373,6 +373,7 @@ def run(
     pin_cpus: bool = False,
     package: Path | None = None,
     numa: bool = False,
+    vcpus: int = 1,
 ) -> int:
     """Boot the guest(s), run ``cmd`` inside, print its output, return its exit status.
 
@@ -408,6 +409,10 @@ def run(
     on node 1, the memory split between them, and the NIC(s) on node 1 behind a PCI expander
     bridge, so the NIC's PCI function reports ``numa_node`` 1 and ``local_cpulist`` 2-3.
 
+    ``vcpus`` (single guest only, 1 or 2): the guest's vCPUs. qemu's TCG runs each vCPU on a host
+    thread of its own, so with 2 a server and a client engine in the one guest run at once instead
+    of taking turns on one vCPU (a suite of short cases in one guest takes about half the time).
+
     ``timeout_s`` bounds the whole run from the first qemu start; on expiry
     the guests are killed and :class:`SoftRoceTimeout` is raised. Testbed
     failures raise :class:`SoftRoceError`; both carry the console's last lines.
@@ -422,6 +427,11 @@ def run(
         raise SoftRoceError("numa (--numa) boots ONE guest with two NUMA nodes and cannot be combined with "
                             "two_guests (--two-guests): drop one of them (a NUMA layout for two guests is "
                             "not built)")
+    if vcpus not in (1, 2):
+        raise SoftRoceError(f"vcpus must be 1 or 2, got {vcpus}")
+    if vcpus != 1 and (two_guests or numa):
+        raise SoftRoceError(f"vcpus={vcpus} is for a single guest: two guests have one vCPU each (pin_cpus gives "
+                            "each a host CPU of its own) and numa has its own layout; drop vcpus")
     if package is not None:
         _checked_package(package)
     pins = _host_cpus_for_guests(two_guests) if pin_cpus else None
@@ -458,7 +468,7 @@ def run(
             # A hub with only this NIC on it: eth0 exists and has carrier, and
             # no packet can leave the guest (rxe loops its own traffic back).
             nics = [(f"hubport,hubid={i}", f"52:54:00:{77 + i}:00:01") for i in range(links)]
-            argv = _qemu_argv(qemu, img, repo, guest.ctl, out, nics, numa=numa)
+            argv = _qemu_argv(qemu, img, repo, guest.ctl, out, nics, numa=numa, vcpus=vcpus)
             guests.append(guest)
             _start(guest, argv)
             rc = _wait_client(guest, None, deadline, timeout_s, cmd)
