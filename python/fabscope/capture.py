@@ -219,7 +219,7 @@ def summarise(path: Path, timeout_s: float = 600.0) -> dict[str, Any]:
             continue  # only RC and UC requests carry a sequence (UD's PSNs, CNPs: none to follow)
         p = int(psn, 0)
         if code >> 5 == 0:
-            responder.packet(qp, p)
+            responder.packet(qp, p, code & 0x1F)
         prev = last_psn.get(qp)
         if prev is not None:
             step = (p - prev) % (1 << 24)
@@ -262,35 +262,68 @@ def per_message(opcodes: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
+# RC request opcodes (the low 5 bits of the BTH opcode) that begin a message: SEND First/Only (with
+# immediate, with invalidate), RDMA WRITE First/Only (with immediate), READ request, the atomics.
+# The others (Middle, Last) continue one (IBTA 9.2.3, table 38).
+_OPENING_RC_OPCODES = frozenset({0x00, 0x04, 0x05, 0x06, 0x0A, 0x0B, 0x0C, 0x13, 0x14, 0x17})
+
+
 class _Responder:
     """An RC responder's reading of the request stream of each destination QP (IBTA 9.7.5.1.2, as
     rxe's check_psn does it): the next expected PSN is accepted; a later one is out of sequence
     (a PSN sequence error NAK is sent for the first one, the rest are dropped until the expected
     PSN comes: counted once, like rxe's out_of_seq_request); an earlier one is a duplicate
     (rxe's duplicate_request). Read on the receiver's side, the counts are what its responder saw;
-    an RDMA READ request (which consumes one PSN per response packet) makes them approximate."""
+    an RDMA READ request (which consumes one PSN per response packet) makes them approximate.
+
+    A stream whose first packet continues a message (a Middle or a Last) began earlier: its first
+    packets were lost on the way (or came before the capture). Until a packet below it arrives, the
+    PSN the responder expected is not known; when one does (go-back-N resends from the PSN the
+    responder NAKed), that was it: the packets seen so far were one sequence error (one NAK, the rest
+    dropped), whatever was counted for them is replaced by that one, and the reading goes on from the
+    resent packet."""
 
     def __init__(self) -> None:
         self.expected: dict[str, int] = {}
         self.nak_sent: dict[str, bool] = {}
         self.out_of_sequence = 0
         self.duplicates = 0
+        # a stream that began mid-message: its lowest PSN so far, and the [out of sequence,
+        # duplicates] counted for it since
+        self.unsure: dict[str, tuple[int, list[int]]] = {}
 
-    def packet(self, qp: str, psn: int) -> None:
+    def packet(self, qp: str, psn: int, opcode: int | None = None) -> None:
+        """``opcode``: the BTH opcode's low 5 bits (an RC request); None where unknown."""
         want = self.expected.get(qp)
-        if want is None:  # the capture began here
+        if want is None:  # the first packet of this stream in the capture
             self.expected[qp] = (psn + 1) % (1 << 24)
+            if opcode is not None and opcode not in _OPENING_RC_OPCODES:
+                self.unsure[qp] = (psn, [0, 0])
+            return
+        unsure = self.unsure.get(qp)
+        if unsure is not None and (psn - unsure[0]) % (1 << 24) > (1 << 23):  # below every PSN seen so far
+            del self.unsure[qp]
+            self.out_of_sequence += 1 - unsure[1][0]
+            self.duplicates -= unsure[1][1]
+            self.expected[qp] = (psn + 1) % (1 << 24)
+            self.nak_sent[qp] = False
             return
         diff = (psn - want) % (1 << 24)
         if diff == 0:
             self.expected[qp] = (psn + 1) % (1 << 24)
             self.nak_sent[qp] = False
+            if unsure is not None and opcode in _OPENING_RC_OPCODES:
+                del self.unsure[qp]  # a new message in sequence: the stream's start is behind us
         elif diff < (1 << 23):
             if not self.nak_sent.get(qp):
                 self.nak_sent[qp] = True
                 self.out_of_sequence += 1
+                if unsure is not None:
+                    unsure[1][0] += 1
         else:
             self.duplicates += 1
+            if unsure is not None:
+                unsure[1][1] += 1
 
     def result(self) -> dict[str, int]:
         return {"streams": len(self.expected), "out_of_sequence": self.out_of_sequence,

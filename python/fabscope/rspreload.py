@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import EXIT_USAGE, FabscopeError
+from .results.counters import Counters
 
 __all__ = ["LABEL", "Preload", "amend_record", "check_host", "engine_env", "explain_failure", "find_library",
            "rdma_devices"]
@@ -104,14 +105,8 @@ def amend_record(rec: MutableMapping[str, Any], library: Path, device: str | Non
 
 
 def _rdma_behind(rec: Mapping[str, Any], netdev: str) -> str | None:
-    counters = rec.get("counters")
-    local = counters.get("local") if isinstance(counters, Mapping) else None
-    rdma = local.get("rdma") if isinstance(local, Mapping) else None
-    for name, entry in (rdma.items() if isinstance(rdma, Mapping) else []):
-        ndevs = entry.get("ndevs") if isinstance(entry, Mapping) else None
-        if netdev and isinstance(ndevs, list) and netdev in ndevs:
-            return str(name).split("/", 1)[0]
-    return None
+    local = Counters.of_record(rec).local
+    return local.rdma_behind(netdev) if local else None
 
 
 def explain_failure(error: str) -> str:

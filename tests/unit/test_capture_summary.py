@@ -37,6 +37,46 @@ def test_psn_wraps_at_24_bits() -> None:
     assert _read([top, 0, top + 1, 0]) == {"streams": 1, "out_of_sequence": 1, "duplicates": 0}
 
 
+FIRST, MIDDLE, LAST, ONLY = 0x00, 0x01, 0x02, 0x04  # RC SEND opcodes (low 5 bits of the BTH opcode)
+
+
+def _read_ops(packets: list[tuple[str, int, int]]) -> dict[str, int]:
+    r = _Responder()
+    for qp, psn, op in packets:
+        r.packet(qp, psn, op)
+    return r.result()
+
+
+def _message(psn: int, qp: str = "0x1e") -> list[tuple[str, int, int]]:
+    """One 8-packet SEND from ``psn`` (First, 6 Middle, Last)."""
+    return [(qp, psn, FIRST), *((qp, psn + i, MIDDLE) for i in range(1, 7)), (qp, psn + 7, LAST)]
+
+
+def test_the_first_packet_of_the_run_lost_is_one_nak_and_no_duplicates() -> None:
+    """Seen in the Soft-RoCE guests under netem loss: the run's very first packet (a SEND First) was
+    lost, so the server's capture begins with a Middle. rxe NAKed it (expecting the First) and
+    dropped the rest; go-back-N resent the whole message. rxe counted out_of_seq_request 1 and
+    duplicate_request 0; read from the first packet seen, the resent packets were 8 duplicates."""
+    first, *rest = _message(101)
+    got = _read_ops([*rest, first, *rest, *_message(109)])
+    assert got == {"streams": 1, "out_of_sequence": 1, "duplicates": 0}
+
+
+def test_a_capture_that_begins_mid_message_without_loss_counts_nothing() -> None:
+    tail = _message(101)[5:]  # Middle, Middle, Last
+    assert _read_ops([*tail, *_message(109), *_message(117)]) == {"streams": 1, "out_of_sequence": 0,
+                                                                  "duplicates": 0}
+
+
+def test_a_stream_that_began_mid_message_keeps_the_other_streams_counts() -> None:
+    """While one QP's start is unknown, another QP's sequence error stays counted."""
+    first, *rest = _message(101, "0x1e")
+    other = [p for p in _message(500, "0x2a") if p[1] != 503]  # 503 lost, then go-back-N from it
+    other += [("0x2a", psn, op) for _, psn, op in _message(500, "0x2a")[3:]]
+    got = _read_ops([*rest[:3], *other, *rest[3:], first, *rest])
+    assert got == {"streams": 2, "out_of_sequence": 2, "duplicates": 0}
+
+
 def test_both_sides_are_rendered_with_cm_sequence_and_counters() -> None:
     side = {"file": "/out/c.pcap", "netdev": "eth0", "filter": "udp port 4791", "snaplen": 128, "max_packets": 9,
             "captured": 9, "dropped": 0, "truncated_at_cap": True,

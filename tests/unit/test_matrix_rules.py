@@ -21,6 +21,7 @@ from fabscope.matrix.findings import moved_errors  # noqa: E402
 from fabscope.matrix.rules import Job, Rule  # noqa: E402
 from fabscope.matrix.schedule import AllPairs, RandomRounds  # noqa: E402
 from fabscope.results import parse_record  # noqa: E402
+from fabscope.results.counters import Counters  # noqa: E402
 from fabscope.results.matrix import EXIT_BAD_FABRIC, MATRIX_SCHEMA, Measurement  # noqa: E402
 
 RECORDS = REPO / "tests" / "fixtures" / "records"
@@ -180,7 +181,7 @@ def test_evidence_from_real_records() -> None:
     local = raw["counters"]["local"]["net"]["fabric0"]
     local["before"]["rx_dropped"], local["after"]["rx_dropped"] = 5, 12
     local["before"]["tx_errors"], local["after"]["tx_errors"] = 0, 0
-    assert moved_errors(raw["counters"]["local"]) == {"fabric0": {"rx_dropped": 7}}
+    assert moved_errors(Counters.of_record(raw).local) == {"fabric0": {"rx_dropped": 7}}
     result = parse_record(raw)
     assert result.path.verdict == "verified"
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..results import RecordError, parse_record
+from ..results.counters import Counters, CounterSide
 from ..results.findingwhy import FindingWhy, Observed, judge
 from ..results.matrix import Finding, Measurement, metric_of
 from .rules import Centre, Key, Rule, directions, judgeable, partners_of, threshold
@@ -42,36 +43,15 @@ def _side_of(m: Measurement, host: str) -> str | None:
     return None
 
 
-def moved_errors(counters: Mapping[str, Any] | None) -> dict[str, dict[str, int]]:
+def moved_errors(side: CounterSide | None) -> dict[str, dict[str, int]]:
     """Error counters that moved between before and after, per device: {device: {counter: delta}}."""
     out: dict[str, dict[str, int]] = {}
-    if not isinstance(counters, Mapping):
-        return out
-    for kind in ("net", "rdma"):
-        devices = counters.get(kind)
-        if not isinstance(devices, Mapping):
-            continue
-        for dev, entry in devices.items():
-            if not isinstance(entry, Mapping):
-                continue
-            before, after = entry.get("before"), entry.get("after")
-            if not isinstance(before, Mapping) or not isinstance(after, Mapping):
-                continue
-            for key in ERROR_COUNTERS:
-                b, a = _hw(before, key), _hw(after, key)
-                if isinstance(a, int) and isinstance(b, int) and a > b:
-                    out.setdefault(str(dev), {})[key] = a - b
+    for dev in [*(side.net.values() if side else ()), *(side.rdma.values() if side else ())]:
+        for key in ERROR_COUNTERS:
+            d = dev.delta(key)
+            if d is not None and d > 0:
+                out.setdefault(dev.name, {})[key] = d
     return out
-
-
-def _hw(snapshot: Mapping[str, Any], key: str) -> Any:
-    if key in snapshot:
-        return snapshot[key]
-    for group in ("hw_counters", "counters", "errors"):  # nested groups some readers use
-        sub = snapshot.get(group)
-        if isinstance(sub, Mapping) and key in sub:
-            return sub[key]
-    return None
 
 
 def host_evidence(host: str, ms: Iterable[Measurement]) -> dict[str, Any]:
@@ -87,7 +67,7 @@ def host_evidence(host: str, ms: Iterable[Measurement]) -> dict[str, Any]:
         for c in (sides.get(side) or {}).get("carriers") or []:
             if isinstance(c, Mapping) and isinstance(c.get("bytes"), int):
                 carried[str(c.get("device"))] += int(c["bytes"])
-        for dev, moved in moved_errors((rec.get("counters") or {}).get(side)).items():
+        for dev, moved in moved_errors(Counters.of_record(rec).side(side)).items():
             slot = errors.setdefault(dev, {})
             for k, v in moved.items():
                 slot[k] = slot.get(k, 0) + v

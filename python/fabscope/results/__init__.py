@@ -2,6 +2,7 @@
 
 - ``model``: ``fabscope.result/N`` -> typed ``Result`` (validation, the path verdict attached once)
 - ``histogram``: the compact latency histogram records carry, and Mann-Whitney U over two of them
+- ``counters``: both engines' counter snapshots, typed (one parser for every reader)
 - ``deltas`` / ``requests`` / ``verdict`` / ``pathtext``: the path verdict, split by job
   (counter arithmetic, what was asked, the judgement, its text)
 - ``explain``: why the number is what it is (expected ceiling, causes seen/clear/unchecked), attached once
@@ -11,6 +12,7 @@ Everything else (CLI, suite, serve, matrix, report, store, exporter) reads these
 re-derives a field from the raw dict.
 """
 
+from .counters import Counters, CounterSide, DeviceCounters, TcpSockets
 from .errors import RecordError
 from .explain import Cause, Explanation, explain
 from .histogram import Histogram
@@ -34,6 +36,9 @@ __all__ = [
     "RESULT_VERSION",
     "Bandwidth",
     "Cause",
+    "CounterSide",
+    "Counters",
+    "DeviceCounters",
     "Explanation",
     "Flow",
     "Histogram",
@@ -42,6 +47,7 @@ __all__ = [
     "PathVerdict",
     "RecordError",
     "Result",
+    "TcpSockets",
     "TransportSummary",
     "explain",
     "load_file",

@@ -15,9 +15,11 @@ bug (tests/integration/test_explain_runs.py plants each and proves silence).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
+
+from .counters import Counters, CounterSide, DeviceCounters
 
 __all__ = ["CAUSES", "STATES", "Cause", "Explanation", "LatencyReference", "explain", "with_reference"]
 
@@ -273,36 +275,22 @@ def _segmentation(rec: Mapping[str, Any]) -> Cause:
     return Cause("segmentation", "clear", fact + (f" per message, the last one {_fmt(tail)} B" if packets > 1 else ""))
 
 
-def _delta(dev: Mapping[str, Any], key: str) -> int | None:
-    a, b = _n(_m(dev, "after"), key), _n(_m(dev, "before"), key)
-    return a - b if a is not None and b is not None else None
-
-
 def _carriers(rec: Mapping[str, Any], side: str) -> list[str]:
     sides = _m(_m(rec, "path"), "sides")
     out = [c.get("device") for c in _m(sides, side).get("carriers") or [] if isinstance(c, Mapping)]
     return [d for d in out if isinstance(d, str)]
 
 
-def _snapshot_sides(rec: Mapping[str, Any]) -> tuple[str, ...]:
-    """The sides whose counter snapshots are of different devices: both, unless the two engines ran
-    on one host (a loopback run: same host name, same boot), whose ports and netdevs both snapshots
-    hold, so a counter that moved would be named, and summed, twice."""
-    snaps = _m(rec, "counters")
-    local, peer = _m(snaps, "local"), _m(snaps, "peer")
+def _snapshots(rec: Mapping[str, Any]) -> list[tuple[str, CounterSide]]:
+    """(side, its counter snapshot) for the snapshots of different devices: both sides', unless the
+    two engines ran on one host (a loopback run: same host name, same boot), whose ports and netdevs
+    both snapshots hold, so a counter that moved would be named, and summed, twice."""
+    counters = Counters.of_record(rec)
+    local, peer = counters.local, counters.peer
     boot = _m(rec, "host").get("boot_id"), _m(rec, "peer_host").get("boot_id")
-    if local.get("host") and local.get("host") == peer.get("host") and boot[0] and boot[0] == boot[1]:
-        return ("local",)
-    return ("local", "peer")
-
-
-def _rdma_ports(rec: Mapping[str, Any], side: str) -> Iterator[tuple[str, str, Mapping[str, Any]]]:
-    """(host, port name, its counters) for every RDMA port of ``side``'s counter snapshot."""
-    snap = _m(_m(rec, "counters"), side)
-    host = snap.get("host") or side
-    for name, dev in _m(snap, "rdma").items():
-        if isinstance(dev, Mapping):
-            yield host, name, dev
+    if local and peer and local.host and local.host == peer.host and boot[0] and boot[0] == boot[1]:
+        return [("local", local)]
+    return [(label, snap) for label, snap in (("local", local), ("peer", peer)) if snap is not None]
 
 
 def _counter_loss(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
@@ -311,34 +299,33 @@ def _counter_loss(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[st
     moved: list[str] = []
     read: list[str] = []
     stray: list[str] = []
-    for side in _snapshot_sides(rec):
-        snap = _m(_m(rec, "counters"), side)
-        host = snap.get("host") or side
-        for _, name, dev in _rdma_ports(rec, side):
-            events, total = _moved(dev, name, host, RDMA_LOSS_COUNTERS, read)
-            packets = max(_delta(dev, "hw_sent_pkts") or _delta(dev, "port_xmit_packets") or 0,
-                          _delta(dev, "hw_rcvd_pkts") or _delta(dev, "port_rcv_packets") or 0)
+    for side, snap in _snapshots(rec):
+        host = snap.host or side
+        for port in snap.rdma.values():
+            events, total = _moved(port, host, RDMA_LOSS_COUNTERS, read)
+            packets = max(port.delta("hw_sent_pkts") or port.delta("port_xmit_packets") or 0,
+                          port.delta("hw_rcvd_pkts") or port.delta("port_rcv_packets") or 0)
             if total >= RDMA_STRAY_RETRIES and total >= RETRANS_SHARE * packets:
                 moved += events
             elif events:
                 stray.append(f"{', '.join(events)} of {_fmt(packets)} packets")
-        net = _m(snap, "net")
         for name in _carriers(rec, side):
-            moved += _moved(_m(net, name), name, host, NETDEV_LOSS_COUNTERS, read)[0]
+            if (dev := snap.netdev(name)) is not None:
+                moved += _moved(dev, host, NETDEV_LOSS_COUNTERS, read)[0]
     return moved, read, stray
 
 
-def _moved(dev: Mapping[str, Any], name: str, host: str, keys: Sequence[str], read: list[str]) -> tuple[list[str], int]:
-    """(evidence of the counters among ``keys`` that moved on device ``name``, their sum); each one
-    found is added to ``read`` as NAME:KEY."""
+def _moved(dev: DeviceCounters, host: str, keys: Sequence[str], read: list[str]) -> tuple[list[str], int]:
+    """(evidence of the counters among ``keys`` that moved on ``dev``, their sum); each one found is
+    added to ``read`` as NAME:KEY."""
     events: list[str] = []
     total = 0
     for key in keys:
-        d = _delta(dev, key)
+        d = dev.delta(key)
         if d is not None:
-            read.append(f"{name}:{key}")
+            read.append(f"{dev.name}:{key}")
             if d > 0:
-                events.append(f"{key} +{_fmt(d)} on {name} ({host})")
+                events.append(f"{key} +{_fmt(d)} on {dev.name} ({host})")
                 total += d
     return events, total
 
@@ -348,9 +335,9 @@ def _congestion(rec: Mapping[str, Any]) -> tuple[list[str], int]:
     both sides."""
     moved: list[str] = []
     read: list[str] = []
-    for side in _snapshot_sides(rec):
-        for host, name, dev in _rdma_ports(rec, side):
-            moved += _moved(dev, name, host, RDMA_CONGESTION_COUNTERS, read)[0]
+    for side, snap in _snapshots(rec):
+        for port in snap.rdma.values():
+            moved += _moved(port, snap.host or side, RDMA_CONGESTION_COUNTERS, read)[0]
     return moved, len(read)
 
 
@@ -362,20 +349,16 @@ def _pauses(rec: Mapping[str, Any]) -> tuple[list[str], int, list[str]]:
     moved: list[str] = []
     read: list[str] = []
     none: list[str] = []
-    for side in _snapshot_sides(rec):
-        snap = _m(_m(rec, "counters"), side)
-        host = snap.get("host") or side
-        # A netdev once per side, though several ports may sit on it (a bond, a port's two GIDs).
-        for netdev in dict.fromkeys(str(n) for _, _, dev in _rdma_ports(rec, side) for n in dev.get("ndevs") or []):
-            entry = _m(_m(snap, "net"), netdev)
-            after = _m(entry, "after").get("ethtool")
-            if not isinstance(after, Mapping):
+    for side, snap in _snapshots(rec):
+        host = snap.host or side
+        for netdev in snap.netdevs_behind_rdma():
+            pauses = netdev.ethtool()
+            if pauses is None:
                 continue
-            if not after:
-                none.append(f"{netdev} ({host})")
+            if not pauses.after:
+                none.append(f"{netdev.name} ({host})")
                 continue
-            pauses = {"before": _m(_m(entry, "before"), "ethtool"), "after": after}
-            moved += _moved(pauses, netdev, host, sorted(after), read)[0]
+            moved += _moved(pauses, host, sorted(pauses.after), read)[0]
     return moved, len(read), none
 
 
@@ -404,16 +387,18 @@ def _library_sockets_retransmission(rec: Mapping[str, Any], sender: str, fix_los
     parts: list[str] = []
     unread: list[str] = []
     total = segments = 0
+    counters = Counters.of_record(rec)
     for side in _senders(rec):
-        socks = _m(_m(_m(rec, "counters"), side), "tcp_sockets")
-        out, again = _n(socks, "data_segs_out"), _n(socks, "total_retrans")
-        if out is None or again is None:
+        snap = counters.side(side)
+        socks = snap.tcp_sockets if snap else None
+        out, again = (socks.data_segs_out, socks.total_retrans) if socks else (None, None)
+        if socks is None or out is None or again is None:
             unread.append(side)
             continue
-        spurious = min(again, _n(socks, "dsack_dups") or 0)
+        spurious = min(again, socks.dsack_dups or 0)
         total += again - spurious
         segments += out
-        n = _n(socks, "sockets") or 0
+        n = socks.sockets or 0
         parts.append(f"{_who(side)} sent {_fmt(again)} of {_fmt(out)} data segments again on its {_fmt(n)} "
                      f"socket{'' if n == 1 else 's'}" + _duplicates(spurious))
     if not parts:
@@ -787,23 +772,15 @@ def _buffers(rec: Mapping[str, Any]) -> Cause:
 def _link(rec: Mapping[str, Any]) -> Cause:
     """Link events during the run: carrier changes on the netdevs that carried the payload, link
     downs, recoveries and symbol errors on every RDMA port of both sides' snapshots."""
-    counters = _m(rec, "counters")
     moved: list[str] = []
-    read = 0
-    for side in _snapshot_sides(rec):
-        snap = _m(counters, side)
-        host = snap.get("host") or side
-        devs: list[tuple[str, Mapping[str, Any], tuple[str, ...]]]
-        devs = [(name, _m(_m(snap, "net"), name), NETDEV_LINK_COUNTERS) for name in _carriers(rec, side)]
-        devs += [(name, dev, RDMA_LINK_COUNTERS) for name, dev in _m(snap, "rdma").items() if isinstance(dev, Mapping)]
-        for name, dev, keys in devs:
-            for key in keys:
-                d = _delta(dev, key)
-                if d is None:
-                    continue
-                read += 1
-                if d > 0:
-                    moved.append(f"{key} +{_fmt(d)} on {name} ({host})")
+    read: list[str] = []
+    for side, snap in _snapshots(rec):
+        host = snap.host or side
+        carriers = [dev for name in _carriers(rec, side) if (dev := snap.netdev(name)) is not None]
+        for dev in carriers:
+            moved += _moved(dev, host, NETDEV_LINK_COUNTERS, read)[0]
+        for port in snap.rdma.values():
+            moved += _moved(port, host, RDMA_LINK_COUNTERS, read)[0]
     if moved:
         return Cause("link", "seen", "during the run: " + ", ".join(moved),
                      cost="while the link was down or retraining nothing moved: the run's time includes the outage "
@@ -813,7 +790,8 @@ def _link(rec: Mapping[str, Any]) -> Cause:
     if not read:
         return Cause("link", "unchecked", "the counter snapshot holds no carrier or link-event counter of the devices "
                                           "that carried the run (an older engine, or no carrying device)")
-    return Cause("link", "clear", f"no carrier change or link event ({read} counter{'s' if read > 1 else ''} read)")
+    n = len(read)
+    return Cause("link", "clear", f"no carrier change or link event ({n} counter{'s' if n > 1 else ''} read)")
 
 
 # The wire efficiency at the active MTU: payload bytes per packet over what the link carries for

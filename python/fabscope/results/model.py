@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .counters import Counters
 from .cpushare import with_shared_cpu_warning
 from .errors import RecordError
 from .explain import Explanation, LatencyReference, explain, with_reference
@@ -363,6 +364,8 @@ class Result:
     settings_without_effect: tuple[str, ...]
     path: PathVerdict
     raw: dict[str, Any] = field(repr=False)
+    # Both engines' counter snapshots around the run, typed (results/counters.py).
+    counters: Counters = field(default_factory=lambda: Counters(None, None), repr=False)
     # Why the number is what it is (results/explain.py), attached once in parse_record.
     explanation: Explanation | None = field(default=None, repr=False)
 
@@ -429,7 +432,7 @@ def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
         transport=transport, host=HostInfo.parse(_opt_obj(rec, "host")),
         peer_host=HostInfo.parse(_opt_obj(rec, "peer_host")), warnings=tuple(_strings(rec, "warnings")),
         settings_without_effect=tuple(settings_without_effect(rec)), path=PathVerdict.of(rec["path"]), raw=rec,
-        explanation=explanation,
+        counters=Counters.of_record(rec), explanation=explanation,
     )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import hostport
+from .counters import Counters
 
 __all__ = ["Request", "local_transport", "parse_ip", "resolve_request"]
 
@@ -86,22 +87,15 @@ def _device_names(value: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _net_addresses(record: Mapping[str, Any]) -> Mapping[str, Any]:
-    counters = record.get("counters")
-    local = counters.get("local") if isinstance(counters, Mapping) else None
-    net = local.get("net") if isinstance(local, Mapping) else None
-    return net if isinstance(net, Mapping) else {}
-
-
 def _owner_of(record: Mapping[str, Any], ip: IPAddress | None,
               network: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None) -> str | None:
     """The netdev whose addresses (as the engine reported them) hold ``ip`` or lie in ``network``."""
-    for name, entry in _net_addresses(record).items():
-        addrs = entry.get("addresses") if isinstance(entry, Mapping) else None
-        for a in addrs if isinstance(addrs, list) else []:
-            got = parse_ip(str(a).split("/", 1)[0])
+    local = Counters.of_record(record).local
+    for name, dev in (local.net if local else {}).items():
+        for a in dev.addresses:
+            got = parse_ip(a.split("/", 1)[0])
             if got is not None and ((ip is not None and got == ip) or (network is not None and got in network)):
-                return str(name)
+                return name
     return None
 
 

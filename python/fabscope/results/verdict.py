@@ -54,7 +54,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .. import hostport
-from .deltas import DeviceDelta, as_count, counter_deltas
+from .counters import Counters, CounterSide
+from .deltas import DeviceDelta, as_count
 from .pathtext import format_bytes, pct, summary
 from .requests import Request, local_transport, parse_ip, resolve_request
 
@@ -271,14 +272,14 @@ def _short_devices(
 
 def _judge_side(
     label: str,
-    side: Mapping[str, Any],
+    side: CounterSide,
     request: Request | None,
     expected: int | None,
     peer_local_reason: str | None,
     shares: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    deltas = counter_deltas(side)
-    host = side.get("host") if isinstance(side.get("host"), str) else label
+    deltas = side.deltas()
+    host = side.host or label
     members: set[str] = set()
     req_kind: str | None = None
     if request is not None:
@@ -484,8 +485,7 @@ def _peer_local_reason(record: Mapping[str, Any]) -> str | None:
 
 def verdict(record: Mapping[str, Any]) -> dict[str, Any]:
     """Build the ``path`` object of a result record (see the module docstring)."""
-    counters = record.get("counters")
-    counters = counters if isinstance(counters, Mapping) else {}
+    counters = Counters.of_record(record)
     expected, expected_why = expected_payload_bytes(record)
     request, request_why = resolve_request(record)
     path: dict[str, Any] = {
@@ -506,8 +506,8 @@ def verdict(record: Mapping[str, Any]) -> dict[str, Any]:
     shares = device_shares(record)
     sides: dict[str, dict[str, Any] | None] = {}
     for label in ("local", "peer"):
-        side = counters.get(label)
-        if isinstance(side, Mapping) and (side.get("net") or side.get("rdma")):
+        side = counters.side(label)
+        if side is not None and (side.net or side.rdma):
             sides[label] = _judge_side(label, side, request, expected, loc_reason, shares)
         else:
             sides[label] = None
