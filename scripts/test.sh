@@ -53,13 +53,14 @@ fi
 
 markers="not soak"
 [ -n "${FABSCOPE_FAST:-}" ] && markers="not softroce and not soak and not packaging"
-# Unit and property tests need no root, no network and no engine, and half their time is waiting
-# (subprocess deadlines): four at once. Everything else times a network or a CPU, so one at a time.
+# Unit and property tests (marked `parallel` by tests/conftest.py) use no network, and half their time
+# is waiting (subprocess deadlines): four at once. Everything else, and a unit test whose assertions
+# depend on timing real runs (marked `measures`), times a network or a CPU: one at a time.
 stage "python: unit and property tests (four workers)"
-python -m pytest -q -p no:cacheprovider -n 4 --durations=10 ${markers:+-m "$markers"} tests/unit tests/property
-stage "python: integration, netns, Soft-RoCE guest, packaging and browser tests (one at a time)"
-python -m pytest -q -p no:cacheprovider --durations=60 ${markers:+-m "$markers"} \
-  --ignore=tests/unit --ignore=tests/property tests
+python -m pytest -q -p no:cacheprovider -n 4 --durations=10 -m "$markers and parallel and not measures" \
+  tests/unit tests/property
+stage "python: integration, netns, Soft-RoCE guest, packaging and browser tests, and unit tests that time real runs (one at a time)"
+python -m pytest -q -p no:cacheprovider --durations=60 -m "$markers and (measures or not parallel)" tests
 
 if [ -z "${FABSCOPE_FAST:-}" ]; then
   stage "python: soak of fabscope serve (honest runs among hostile connections, 2 min)"

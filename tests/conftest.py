@@ -38,6 +38,14 @@ else:
     atexit.register(shutil.rmtree, HYPOTHESIS_HOME, True)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Unit and property tests are marked `parallel`: scripts/test.sh runs them four at once (those
+    marked `measures` excepted: another worker's load would be in their timings)."""
+    for item in items:
+        if Path(str(item.fspath)).resolve().parent.name in ("unit", "property"):
+            item.add_marker(pytest.mark.parallel)
+
+
 def engine_bin() -> Path:
     env = os.environ.get("FABSCOPE_ENGINE")
     if env:

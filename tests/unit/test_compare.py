@@ -15,6 +15,8 @@ from fabscope.compare import EXIT_INCONCLUSIVE, EXIT_REGRESSION, Rule, Side, com
 from fabscope.results import Histogram, Result, load_file, parse_record
 
 RECORDS = REPO / "tests" / "fixtures" / "records"
+# The rule's verdicts on real runs depend on their timing: not beside other tests' load.
+pytestmark = pytest.mark.measures
 
 
 def _run(poll: str) -> Result:
