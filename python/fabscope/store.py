@@ -604,7 +604,7 @@ def save_matrix(run: Any, path: str | Path | None = None, tag: str | None = None
     """A ``fabscope.results.matrix.MatrixRun``: every pair's record as a result of one run
     (command ``matrix``), and the matrix object (findings, schedule, rule) as its summary.
     Returns the run id, or None when the matrix measured nothing."""
-    results = [parse_record(m.record, judge_path=False) for m in run.measurements if m.record]
+    results = [m.result for m in run.measurements if m.result is not None]
     summary = run.to_json()
     summary.pop("pairs", None)  # the pairs are the stored results; keep the findings and the rest
     with open_store(path) as store:

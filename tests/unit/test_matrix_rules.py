@@ -190,7 +190,7 @@ def test_evidence_from_real_records() -> None:
             out = super().measure(jobs, round_no)
             for m in out:
                 if m.src == "h0":
-                    m.record = result.to_json()
+                    m.result = result
             return out
 
     res = run(RecordFabric(nodes={"h0": 0.4}))
@@ -215,7 +215,7 @@ def test_misrouted_from_a_real_record() -> None:
             out = super().measure(jobs, round_no)
             for m in out:
                 if {m.src, m.dst} == {"h1", "h6"}:
-                    m.verdict, m.record = "misrouted", result.to_json()
+                    m.verdict, m.result = "misrouted", result
             return out
 
     res = run(Misrouting())

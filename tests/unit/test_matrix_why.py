@@ -16,6 +16,7 @@ from typing import Any
 from fabscope.matrix import driver, render
 from fabscope.matrix.rules import Job, Rule
 from fabscope.matrix.schedule import AllPairs
+from fabscope.results import parse_record
 from fabscope.results.explain import CAUSES
 from fabscope.results.findingwhy import MEANING, ORDER, RATE_LIMIT
 from fabscope.results.matrix import Finding, MatrixRun, Measurement
@@ -65,7 +66,8 @@ class RecordFabric:
             f = self.nodes.get(src, 1.0) * self.nodes.get(dst, 1.0) * self.links.get((min(src, dst), max(src, dst)), 1.0)
             value = 2.0 / f if pattern == "lat" else 10.0 * f
             out.append(Measurement(src, dst, pattern, value, phase=phase, round=round_no, verdict="verified",
-                                   record=self.record(src, dst)))
+                                   result=None if (rec := self.record(src, dst)) is None
+                                   else parse_record(rec, judge_path=False)))
         return out
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import REPO, fabscope
 from fabscope.errors import FabscopeError
-from fabscope.results import load_file
+from fabscope.results import load_file, parse_record
 from fabscope.store import MIGRATIONS, SCHEMA_VERSION, Filters, open_store, parse_time
 
 RECORDS = REPO / "tests" / "fixtures" / "records"
@@ -28,7 +28,7 @@ RECORDS = REPO / "tests" / "fixtures" / "records"
 WRITER = """
 import sys
 sys.path.insert(0, {python!r})
-from fabscope.results import load_file
+from fabscope.results import load_file, parse_record
 from fabscope.store import open_store
 results = load_file({records!r})
 store = open_store(sys.argv[1])
@@ -213,7 +213,8 @@ def test_a_matrix_is_kept_with_its_findings(tmp_path: Path) -> None:
 
     rec = json.loads((RECORDS / "netns-tcp-bw-device-fabric0-verified.jsonl").read_text().splitlines()[0])
     run = MatrixRun(hosts=["fs-a", "fs-b"], patterns=["bw"], backend="tcp", schedule={"rounds": 1}, rule={})
-    run.measurements = [Measurement("fs-a", "fs-b", "bw", 0.9, verdict="verified", record=rec),
+    run.measurements = [Measurement("fs-a", "fs-b", "bw", 0.9, verdict="verified",
+                                    result=parse_record(rec, judge_path=False)),
                         Measurement("fs-b", "fs-a", "bw", None, error="timed out")]
     run.findings = [Finding("link", ["fs-a", "fs-b"], "slow link")]
     run_id = save_matrix(run, tmp_path / "m.db", tag="fabric", argv=["matrix", "--hosts", "fs-a,fs-b"])

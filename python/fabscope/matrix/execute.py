@@ -45,12 +45,11 @@ def measurement_from(src: str, dst: str, pattern: str, phase: str, round_no: int
         return Measurement(src, dst, pattern, None, phase=phase, round=round_no,
                            error=error or "no result came back")
     last = results[-1]
-    raw = dict(last.raw)
     # The measured phase: the sender's span, or the receiver's where the figure is taken there (it
     # ends with the last arrival, after what was in flight when the sender ended).
     measured = sum(max(r.duration_s or 0.0, r.rx_duration_s or 0.0) for r in results)
     return Measurement(src, dst, pattern, value_of(last), phase=phase, round=round_no, verdict=last.path.verdict,
-                       record=raw, error=error, measured_s=measured)
+                       result=last, error=error, measured_s=measured)
 
 
 def pick_address(agent: AgentConn, device: str | None) -> str:

@@ -20,8 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..results import RecordError, parse_record
-from ..results.counters import Counters, CounterSide
+from ..results.counters import CounterSide
 from ..results.findingwhy import FindingWhy, Observed, judge
 from ..results.matrix import Finding, Measurement, metric_of
 from .rules import Centre, Key, Rule, directions, judgeable, partners_of, threshold
@@ -60,14 +59,12 @@ def host_evidence(host: str, ms: Iterable[Measurement]) -> dict[str, Any]:
     errors: dict[str, dict[str, int]] = {}
     for m in ms:
         side = _side_of(m, host)
-        rec = m.record or {}
-        if side is None:
+        if side is None or m.result is None:
             continue
-        sides = ((rec.get("path") or {}).get("sides") or {})
-        for c in (sides.get(side) or {}).get("carriers") or []:
-            if isinstance(c, Mapping) and isinstance(c.get("bytes"), int):
-                carried[str(c.get("device"))] += int(c["bytes"])
-        for dev, moved in moved_errors(Counters.of_record(rec).side(side)).items():
+        judged = m.result.path.sides.get(side)
+        for c in judged.carriers if judged else ():
+            carried[c.device] += c.bytes
+        for dev, moved in moved_errors(m.result.counters.side(side)).items():
             slot = errors.setdefault(dev, {})
             for k, v in moved.items():
                 slot[k] = slot.get(k, 0) + v
@@ -76,12 +73,9 @@ def host_evidence(host: str, ms: Iterable[Measurement]) -> dict[str, Any]:
 
 def observe(m: Measurement) -> Observed:
     """The measurement's explanation, decided by ``parse_record`` on its record, or why there is none."""
-    if m.record is None:
+    if m.result is None:
         return Observed(m.src, m.dst, m.pattern, None, m.error or "the measurement carries no engine record")
-    try:
-        explanation = parse_record(m.record, judge_path=False).explanation
-    except RecordError as exc:
-        return Observed(m.src, m.dst, m.pattern, None, f"its record does not parse: {exc}")
+    explanation = m.result.explanation
     return Observed(m.src, m.dst, m.pattern, explanation, None if explanation else "its record has no explanation")
 
 
@@ -184,13 +178,13 @@ def misrouted(measurements: Iterable[Measurement]) -> list[Finding]:
             by_pair[m.pair].append(m)
     out = []
     for (a, b), ms in sorted(by_pair.items()):
-        paths = [((m.record or {}).get("path") or {}) for m in ms]
-        summaries = sorted({str(p.get("summary")) for p in paths if p.get("summary")})
+        paths = [m.result.path if m.result else None for m in ms]
+        summaries = sorted({p.summary for p in paths if p and p.summary})
         out.append(Finding(
             "misrouted", [a, b],
             f"{a} <-> {b}: {summaries[0] if summaries else 'bytes went over another device than asked'}",
-            {"requested": next((p.get("requested") for p in paths if p.get("requested")), None),
-             "measurements": [{"src": m.src, "dst": m.dst, "pattern": m.pattern, "summary": p.get("summary")}
+            {"requested": next((p.requested for p in paths if p and p.requested), None),
+             "measurements": [{"src": m.src, "dst": m.dst, "pattern": m.pattern, "summary": p.summary if p else None}
                               for m, p in zip(ms, paths, strict=True)],
              "hosts": {a: host_evidence(a, ms), b: host_evidence(b, ms)}},
         ))

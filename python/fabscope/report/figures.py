@@ -54,12 +54,8 @@ def transport_label(rec: Result) -> str:
 
 def carrier_device(rec: Result) -> str | None:
     """The device that carried most of this host's bytes, from the path verdict."""
-    local = _mapping(_mapping(rec.path.raw.get("sides")).get("local"))
-    for key in ("carriers", "top"):
-        items = local.get(key)
-        if isinstance(items, list) and items and isinstance(items[0], Mapping) and items[0].get("device"):
-            return str(items[0]["device"])
-    return None
+    local = rec.path.sides.get("local")
+    return local.carrier() if local else None
 
 
 def run_group(rec: Result) -> str | None:

@@ -2,7 +2,8 @@
 
 - ``model``: ``fabscope.result/N`` -> typed ``Result`` (validation, the path verdict attached once)
 - ``histogram``: the compact latency histogram records carry, and Mann-Whitney U over two of them
-- ``counters``: both engines' counter snapshots, typed (one parser for every reader)
+- ``counters``: both engines' counter snapshots, typed (one parser for every reader); ``pathsides``:
+  the path verdict's judged sides and the devices that carried the bytes, typed
 - ``deltas`` / ``requests`` / ``verdict`` / ``pathtext``: the path verdict, split by job
   (counter arithmetic, what was asked, the judgement, its text)
 - ``explain``: why the number is what it is (expected ceiling, causes seen/clear/unchecked), attached once
@@ -30,6 +31,7 @@ from .model import (
     load_results,
     parse_record,
 )
+from .pathsides import DeviceBytes, PathSide, path_sides
 
 __all__ = [
     "RESULT_SCHEMA",
@@ -38,12 +40,14 @@ __all__ = [
     "Cause",
     "CounterSide",
     "Counters",
+    "DeviceBytes",
     "DeviceCounters",
     "Explanation",
     "Flow",
     "Histogram",
     "HostInfo",
     "Latency",
+    "PathSide",
     "PathVerdict",
     "RecordError",
     "Result",
@@ -53,4 +57,5 @@ __all__ = [
     "load_file",
     "load_results",
     "parse_record",
+    "path_sides",
 ]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .counters import Counters, CounterSide, DeviceCounters
+from .pathsides import path_sides
 
 __all__ = ["CAUSES", "STATES", "Cause", "Explanation", "LatencyReference", "explain", "with_reference"]
 
@@ -276,9 +277,8 @@ def _segmentation(rec: Mapping[str, Any]) -> Cause:
 
 
 def _carriers(rec: Mapping[str, Any], side: str) -> list[str]:
-    sides = _m(_m(rec, "path"), "sides")
-    out = [c.get("device") for c in _m(sides, side).get("carriers") or [] if isinstance(c, Mapping)]
-    return [d for d in out if isinstance(d, str)]
+    judged = path_sides(rec.get("path")).get(side)
+    return [c.device for c in judged.carriers] if judged else []
 
 
 def _snapshots(rec: Mapping[str, Any]) -> list[tuple[str, CounterSide]]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER
 from .findingwhy import FindingWhy
+from .model import Result
 
 MATRIX_SCHEMA = "fabscope.matrix/1"
 #: Exit code of a matrix that found a bad node or a bad link.
@@ -42,7 +43,7 @@ class Measurement:
     phase: str = "screen"  # screen (the schedule), retest (a suspect again), partner (a fresh partner)
     round: int = 0
     verdict: str | None = None  # the record's path verdict
-    record: dict[str, Any] | None = None  # the engine's record, path attached
+    result: Result | None = None  # the engine's record (of the last size), typed, path attached
     error: str | None = None
     suspect: bool = False  # set by the rule
     measured_s: float | None = None  # the engines' measured phases (duration_s of its records)
@@ -56,7 +57,7 @@ class Measurement:
         return (self.src, self.dst) if self.src < self.dst else (self.dst, self.src)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.record or {})
+        out: dict[str, Any] = dict(self.result.to_json() if self.result else {})
         out.update(src_host=self.src, dst_host=self.dst, matrix={
             "pattern": self.pattern, "metric": metric_of(self.pattern), "value": self.value,
             "phase": self.phase, "round": self.round, "suspect": self.suspect,

@@ -25,6 +25,7 @@ from .cpushare import with_shared_cpu_warning
 from .errors import RecordError
 from .explain import Explanation, LatencyReference, explain, with_reference
 from .histogram import Histogram
+from .pathsides import PathSide, path_sides
 from .verdict import settings_without_effect, verdict
 
 RESULT_VERSION = 1
@@ -318,6 +319,8 @@ class PathVerdict:
     reason: str | None
     notes: tuple[str, ...]
     raw: dict[str, Any]
+    # Each judged host's verdict and the devices that carried its bytes (results/pathsides.py).
+    sides: Mapping[str, PathSide] = field(default_factory=dict)
 
     @staticmethod
     def of(path: dict[str, Any]) -> PathVerdict:
@@ -327,7 +330,7 @@ class PathVerdict:
         return PathVerdict(
             verdict=str(v), requested=path.get("requested"), requested_via=path.get("requested_via"),
             summary=str(path.get("summary") or ""), reason=path.get("reason"),
-            notes=tuple(str(n) for n in path.get("notes") or []), raw=path,
+            notes=tuple(str(n) for n in path.get("notes") or []), raw=path, sides=path_sides(path),
         )
 
 
