@@ -81,7 +81,7 @@ def test_two_agents_measure_a_pair_then_one_stops_answering(
     measurer = AgentMeasurer(found, ["--sizes=64K", "--iters=200", "--warmup=10"], 2.0, None)
     [m] = measurer.measure([("h0", "h1", "bw", "screen")], 0)
     assert m.error is None and m.value is not None and m.value > 0.05, m
-    assert m.record is not None and m.record["schema"] == "fabscope.result/1"
+    assert m.result is not None and m.result.raw["schema"] == "fabscope.result/1"
     assert m.verdict == "not-requested"  # no --device: the path says where the bytes went, no verdict asked
     [lat] = measurer.measure([("h1", "h0", "lat", "screen")], 1)
     assert lat.value is not None and 0 < lat.value < 50_000
