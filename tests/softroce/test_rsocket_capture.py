@@ -1,9 +1,11 @@
 """rsocket, `--backend tcp --preload rsocket` and `--capture`, for real between two Soft-RoCE guests;
-and the two-host suite's RDMA rows beside its tcp row between the same guests.
+the two-host suite's RDMA rows beside its tcp row between the same guests; and the wire itself
+(RoCE v2 on eth0 as tshark decodes it).
 
-One boot of the pair runs every case (boots are slow under TCG); the server guest runs a plain
-`fabscope serve` (18515) and one whose engines run under librspreload (`serve --preload rsocket`,
-18600). Each test asserts on what the engine reported and what the guests' counters saw.
+One boot of the pair runs every case (boots are slow under TCG); the server guest runs a bare verbs
+engine for the wire (18900), a plain `fabscope serve` (18515) and one whose engines run under
+librspreload (`serve --preload rsocket`, 18600). Each test asserts on what the engine reported and
+what the guests' counters (or the capture) saw.
 """
 
 from __future__ import annotations
@@ -27,7 +29,12 @@ PRE = "fabscope run --backend tcp --preload rsocket --device rxe0 --timeout 60 -
 VERBS = "fabscope run --peer server --backend verbs --device rxe0 --timeout 60"
 CAP = "--op send --pattern bw --sizes 8K --iters 50 --warmup 10 --mtu 1024"
 CASES = {
-    # First, on the clean link: `fabscope suite --peer` against the serve, and `--preload-peer` against
+    # First, while the server guest's bare verbs engine (18900) still waits for its one client: the
+    # wire itself, captured with dumpcap on eth0 while the engine writes MTU-sized and 3 x MTU messages,
+    # decoded by tshark (tests/softroce/verbs_suite.py, section wire-client): the ground truth that
+    # --capture is checked against below comes from Wireshark's own dissector, not from fabscope.
+    "wire": "env FS_WIRE_PORT=18900 python3 /fabscope/tests/softroce/verbs_suite.py /out/wire wire-client",
+    # Then, on the clean link: `fabscope suite --peer` against the serve, and `--preload-peer` against
     # the serve whose engines run under librspreload (its report in /out/suite). tcp, verbs and
     # rsocket rows only: UCX, libfabric and MPI over rxe are test_middleware_two_guests.py's.
     "suite": "fabscope suite --peer peer --preload-peer peer:18600 --quick --no-store --timeout 30 "
@@ -59,7 +66,8 @@ CASES = {
                        "--key-file /fabscope-ctl/key --backend verbs --device rxe0 --timeout 60 --cm --op send "
                        "--sizes 64 --iters 100 --format json",
 }
-SERVER = ("sh -c 'fabscope serve --bind 0.0.0.0 --insecure-no-auth --timeout 60 & "
+SERVER = ("sh -c 'fabscope-engine --listen 0.0.0.0:18900 --backend verbs --timeout 120 & "
+          "fabscope serve --bind 0.0.0.0 --insecure-no-auth --timeout 60 & "
           "setpriv --bounding-set=-net_raw --inh-caps=-net_raw -- fabscope serve --bind 0.0.0.0 --port 18700 "
           "--insecure-no-auth --timeout 60 & "
           "fabscope serve --bind 0.0.0.0 --port 18800 --key-file /fabscope-ctl/key --timeout 60 & "
@@ -285,3 +293,59 @@ def test_suite_peer_between_the_guests_has_verbs_rsocket_and_preload_rows(pair: 
     assert rows["tcp send"]["carried_by"] == "tcp via eth0", rows  # the plain row stays kernel TCP
     # every row measured and none misrouted: the suite's own exit status says so (no allowance for 4 or 5)
     assert _rc(pair, "suite") == 0, log[-3000:]
+
+# ---- the wire, first in this boot: RoCE v2 on eth0, decoded by tshark ------------------------------
+
+@pytest.fixture(scope="module")
+def wire(pair: Path) -> dict[str, Any]:
+    lines = (pair / "wire" / "wire-client.jsonl").read_text().splitlines() \
+        if (pair / "wire" / "wire-client.jsonl").exists() else []
+    recs = [json.loads(ln) for ln in lines if ln.startswith("{")]
+    assert recs, (pair / "wire.err").read_text()[-3000:] + (pair / "wire.json").read_text()[-2000:]
+    return recs[0]
+
+
+def _results(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in rec.get("records", []) if r.get("schema") == "fabscope.result/1"]
+
+
+@pytest.mark.softroce
+def test_wire_is_roce_v2_with_first_middle_last(wire: dict[str, Any]) -> None:
+    rec = wire
+    assert rec["rc"] == 0, rec["stderr"]
+    sizes = [r["size"] for r in _results(rec)]
+    assert sizes == [1024, 3072]
+    mtu = _results(rec)[0]["transport"]["local"]["mtu"]["used"]
+    assert mtu == 1024  # eth0 MTU 1500 -> RoCE active MTU 1024
+    lines = rec["tshark"].splitlines()
+    assert lines, rec.get("tshark_err")
+    rows = [ln.split("\t") for ln in lines]
+    roce = [r for r in rows if len(r) >= 4 and "infiniband" in r[0].split(":")]
+    assert roce, "no packet decoded as InfiniBand BTH over UDP 4791:\n" + "\n".join(lines[:20])
+    assert all(r[0].startswith("eth:ethertype:ip:udp:infiniband") and r[1] == "4791" for r in roce), roce[:5]
+    # fabscope's RDMA payload only: nothing on 4791 that tshark could not decode
+    assert len(roce) == len([r for r in rows if len(r) >= 2 and r[1] == "4791"])
+    text = "\n".join(r[3] for r in roce)
+    # 1024 B (= MTU) is one packet: RDMA WRITE Only; 3072 B (3 x MTU): First, Middle, Last
+    for want in ("RDMA Write Only", "RDMA Write First", "RDMA Write Middle", "RDMA Write Last"):
+        assert want.lower() in text.lower(), f"{want} not on the wire:\n" + text[:3000]
+
+
+@pytest.mark.softroce
+def test_wire_bytes_are_accounted_to_rxe0_on_both_guests(wire: dict[str, Any]) -> None:
+    """Issue 6 in the two-guest testbed: rxe counts the packets (it has no byte counters), eth0
+    behind it the bytes; the verdict for --device rxe0 is verified on both hosts."""
+    from fabscope.results.verdict import verdict
+
+    rec = wire
+    assert rec["rc"] == 0, rec["stderr"]
+    for result in _results(rec):
+        path = verdict(result)
+        assert path["verdict"] == "verified", path["summary"]
+        assert set(path["sides"]) == {"local", "peer"}
+        for side in path["sides"].values():
+            assert side["requested"]["counted_by"] == ["eth0", "rxe0/1"]
+            assert side["requested"]["of_expected"] >= 1.0
+        rdma = result["counters"]["local"]["rdma"]["rxe0/1"]
+        assert rdma["ndevs"] == ["eth0"]
+        assert rdma["after"]["hw_sent_pkts"] > rdma["before"]["hw_sent_pkts"]

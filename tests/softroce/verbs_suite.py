@@ -692,7 +692,8 @@ def main() -> int:
             elif s == "bench-server":
                 bench_server(out)
             elif s == "wire-client":
-                wire_client(out)
+                # FS_WIRE_PORT: the server guest's bare engine (`fabscope-engine --listen`)
+                wire_client(out, port=int(os.environ.get("FS_WIRE_PORT", "18515")))
             else:
                 log(f"unknown section {s}")
                 return 2

@@ -53,7 +53,7 @@ say "stage:mounts"
 
 # Shares: the host repo read-only, the output directory read-write.
 mkdir -p /fabscope /out
-mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro fabscope /fabscope \
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro,cache=loose fabscope /fabscope \
     || fail "cannot mount the repo share (9p tag fabscope) at /fabscope"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 fsout /out \
     || fail "cannot mount the output share (9p tag fsout) at /out"
