@@ -267,7 +267,7 @@ def test_external_launcher_agents_started_by_the_site(tmp_path: Any) -> None:
     port = "18611"
     with shaped_hosts(3) as hosts:
         cmd, env = matrix_cmd(hosts, "--launcher", "external", "--coordinator", f"{netns.HEAD_IP}:{port}",
-                              "--token-file", str(token), "--connect-timeout", "20", "--pattern", "bw",
+                              "--token-file", str(token), "--connect-timeout", "10", "--pattern", "bw",
                               "--device", "fabric0", *QUICK, *RULE)
         matrix_proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         agents: list[subprocess.Popen[bytes]] = []
@@ -291,7 +291,7 @@ def test_external_launcher_agents_started_by_the_site(tmp_path: Any) -> None:
     assert "start it there with:" in err and "--token-file" in err
     doc = json.loads(out)
     assert doc["launcher"] == "external"
-    assert doc["unreachable"] == [{"host": "fs-c", "reason": "its agent did not check in within 20 s"}], err[-2000:]
+    assert doc["unreachable"] == [{"host": "fs-c", "reason": "its agent did not check in within 10 s"}], err[-2000:]
     (pair,) = {(p["src_host"], p["dst_host"]) for p in doc["pairs"] if p["src_host"] < p["dst_host"]}
     assert pair == ("fs-a", "fs-b")
     assert all(p["path"]["verdict"] == "verified" for p in doc["pairs"])

@@ -16,7 +16,7 @@ from serve_helpers import frame, make_key, serve
 
 from fabscope import auth, control
 
-ATTACK_S = 20.0
+ATTACK_S = 12.0
 SOURCES = [f"127.0.0.{i}" for i in range(2, 6)]
 PER_SOURCE = 16
 RECONNECT_S = 3.0

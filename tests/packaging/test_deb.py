@@ -21,6 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.packaging,
+    pytest.mark.two_at_once,
+    pytest.mark.xdist_group("build"),
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (debootstrap, chroot, mounts)"),
 ]
 

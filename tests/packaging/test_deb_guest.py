@@ -17,6 +17,8 @@ from fabscope.testbed import softroce
 
 pytestmark = [
     pytest.mark.packaging,
+    pytest.mark.two_at_once,
+    pytest.mark.xdist_group("guest"),
     pytest.mark.softroce,
     pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                        reason="the Soft-RoCE testbed needs qemu-system-x86_64 (package qemu-system-x86)"),

@@ -19,7 +19,7 @@ from fabscope import __version__
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.packaging
+pytestmark = [pytest.mark.packaging, pytest.mark.two_at_once, pytest.mark.xdist_group("build")]
 
 
 def _tree_copy(dest: Path) -> Path:

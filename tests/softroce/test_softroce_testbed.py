@@ -43,6 +43,8 @@ def built() -> Path:
 
 
 @pytest.mark.softroce
+@pytest.mark.two_at_once  # times nothing
+@pytest.mark.xdist_group("guest")
 def test_single_guest_rxe_device_and_exit_status(
     built: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -77,6 +79,8 @@ exit 7
 
 
 @pytest.mark.softroce
+@pytest.mark.two_at_once  # times nothing but its own deadline
+@pytest.mark.xdist_group("build")
 def test_timeout_kills_the_guest(built: Path) -> None:
     timeout = 18.0  # a single guest starts its command ~8 s after qemu does
     t0 = time.monotonic()
