@@ -61,6 +61,7 @@ from .report.text_table import aligned
 from .results import Result
 from .results.contrast import CauseContrast, contrast
 from .results.histogram import Histogram, HistogramError, mann_whitney, merge
+from .untyped import number
 
 __all__ = ["EXIT_INCONCLUSIVE", "EXIT_REGRESSION", "CaseComparison", "Rule", "compare", "differences",
            "rank_p", "runs_needed", "welch_p"]
@@ -321,8 +322,7 @@ def _tail(r: Result) -> float | None:
     """The tail figure of a run: latency p99, or the slowest whole bandwidth interval."""
     if r.latency is not None:
         return r.latency.p99
-    v = r.raw.get("bandwidth_min_gbps")
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+    return number(r.raw.get("bandwidth_min_gbps"))
 
 
 def _compare_case(case: Case, base: list[Result], cur: list[Result], rule: Rule) -> CaseComparison:

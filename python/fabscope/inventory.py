@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .untyped import count_at, number_at
+
 SCHEMA = "fabscope.inventory/1"
 QUERY_TIMEOUT_S = 60.0  # libfabric's provider probing takes ~0.5 s here; UCX's walk less
 
@@ -48,16 +50,6 @@ def _list(data: Mapping[str, Any], key: str, where: str) -> list[Any]:
 def _str(data: Mapping[str, Any], key: str) -> str | None:
     value = data.get(key)
     return value if isinstance(value, str) else None
-
-
-def _int(data: Mapping[str, Any], key: str) -> int | None:
-    value = data.get(key)
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _float(data: Mapping[str, Any], key: str) -> float | None:
-    value = data.get(key)
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def _names(data: Mapping[str, Any], key: str, where: str) -> list[str]:
@@ -230,15 +222,15 @@ def _verbs(part: dict[str, Any]) -> Verbs:
         for raw_port in _list(dev, "ports", "verbs.devices[].ports"):
             p = _obj(raw_port, "verbs port")
             gids = tuple(
-                VerbsGid(index=_int(g, "index") or 0, gid=_str(g, "gid") or "", type=_str(g, "type"),
+                VerbsGid(index=count_at(g, "index") or 0, gid=_str(g, "gid") or "", type=_str(g, "type"),
                          netdev=_str(g, "netdev"), ipv4=_str(g, "ipv4"))
                 for g in (_obj(x, "gid") for x in _list(p, "gids", "verbs port")))
             ports.append(VerbsPort(
-                port=_int(p, "port") or 0, state=_str(p, "state"), phys_state=_str(p, "phys_state"),
-                link_layer=_str(p, "link_layer"), active_mtu=_int(p, "active_mtu") or None,
-                max_mtu=_int(p, "max_mtu") or None, rate=_str(p, "rate"),
-                rate_gbps=_float(p, "rate_gbps"), lid=_int(p, "lid"), sm_lid=_int(p, "sm_lid"),
-                lmc=_int(p, "lmc"), cap_mask=_str(p, "cap_mask"), netdev=_str(p, "netdev"),
+                port=count_at(p, "port") or 0, state=_str(p, "state"), phys_state=_str(p, "phys_state"),
+                link_layer=_str(p, "link_layer"), active_mtu=count_at(p, "active_mtu") or None,
+                max_mtu=count_at(p, "max_mtu") or None, rate=_str(p, "rate"),
+                rate_gbps=number_at(p, "rate_gbps"), lid=count_at(p, "lid"), sm_lid=count_at(p, "sm_lid"),
+                lmc=count_at(p, "lmc"), cap_mask=_str(p, "cap_mask"), netdev=_str(p, "netdev"),
                 gids=gids, error=_str(p, "error")))
         name = _str(dev, "name")
         if not name:

@@ -18,13 +18,13 @@ from prometheus_client.registry import Collector
 
 from ..errors import FabscopeError
 from ..inventory import EngineInventory
+from ..untyped import mapping
 from .results import ResultsSource
 from .snapshot import (
     CounterUnwrapper,
     SnapshotEngine,
     as_count,
     as_list,
-    as_mapping,
     int_text,
     mtu_text,
     rate_bytes,
@@ -411,7 +411,7 @@ class FabscopeCollector(Collector):
                 continue
             driver = str(d.get("driver", ""))
             units = unit_table(snap, "hw_counters", driver)
-            for cname, raw in as_mapping(d.get("hw_counters")).items():
+            for cname, raw in mapping(d.get("hw_counters")).items():
                 v = as_count(raw)
                 if v is None or cname == "lifespan":
                     continue
@@ -445,7 +445,7 @@ class FabscopeCollector(Collector):
                 continue
             name = str(n.get("name", ""))
             labels = (name, backs.get(name, ""))
-            stats = as_mapping(n.get("statistics"))
+            stats = mapping(n.get("statistics"))
             # bytes, packets, errors, drops; the finer statistics/ files stay in --counters-json
             row = self._row(("statistics", labels)) or self._new_row(
                 ("statistics", labels), [_net_plan(net_units, labels, sname) for sname in _NET_STATS])
@@ -453,7 +453,7 @@ class FabscopeCollector(Collector):
                 if plan is None or (line := plan.line(stats.get(plan.counter))) is None:
                     continue
                 (families.get(plan.metric) or lines(plan.metric, "counter", plan.help)).append(line)
-            ethtool = as_mapping(n.get("ethtool"))
+            ethtool = mapping(n.get("ethtool"))
             for ename, raw in sorted(ethtool.items()):
                 v = as_count(raw)
                 if v is None:

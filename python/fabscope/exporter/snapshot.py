@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import EXIT_MEASURE, FabscopeError
 from ..results.deltas import as_count, wrapped_at_32
+from ..untyped import mapping
 
 __all__ = [
     "U32",
@@ -23,7 +24,6 @@ __all__ = [
     "SnapshotEngine",
     "as_count",
     "as_list",
-    "as_mapping",
     "counters_snapshot",
     "int_text",
     "mtu_text",
@@ -257,17 +257,13 @@ def rate_bytes(text: object) -> float | None:
     return float(m.group(1)) * 1e9 / 8 if m else None
 
 
-def as_mapping(v: object) -> Mapping[str, Any]:
-    return v if isinstance(v, Mapping) else {}
-
-
 def as_list(v: object) -> list[Any]:
     return v if isinstance(v, list) else []
 
 
 def unit_table(snap: Mapping[str, Any], directory: str, driver: str) -> Mapping[str, Any]:
     """The engine's units[dir][driver]: {counter: {unit, bits, overflow}}."""
-    return as_mapping(as_mapping(as_mapping(snap.get("units")).get(directory)).get(driver))
+    return mapping(mapping(mapping(snap.get("units")).get(directory)).get(driver))
 
 
 def unit_info(table: Mapping[str, Any], name: str) -> tuple[int | None, str | None, str | None]:

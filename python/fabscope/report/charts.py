@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..results.matrix import MatrixRun
 from .table import Column, Table
 
 if TYPE_CHECKING:
@@ -523,69 +524,32 @@ def history_trend(case: str, unit: str, points: Sequence[TrendPoint]) -> Chart:
     return Chart(f"History: {case}", _svg(fig), caption, table)
 
 
-def _matrix_json(matrix: Mapping[str, Any] | Any) -> Mapping[str, Any]:
-    """A ``fabscope.matrix/1`` object: the JSON mapping, or the matrix's own object (``to_json()``)."""
-    if isinstance(matrix, Mapping):
-        return matrix
-    as_json = getattr(matrix, "to_json", None)
-    if callable(as_json):
-        out = as_json()
-        if isinstance(out, Mapping):
-            return out
-    raise TypeError(f"not a fabscope.matrix/1 object: {type(matrix).__name__}")
+def _matrix_run(matrix: Mapping[str, Any] | MatrixRun) -> MatrixRun:
+    """The matrix's own object, or a ``fabscope.matrix/1`` document read by its parser."""
+    return matrix if isinstance(matrix, MatrixRun) else MatrixRun.parse(matrix)
 
 
-def _pair_value(pair: Mapping[str, Any], pattern: str) -> float | None:
-    """The judged figure of one pair: ``matrix.value`` (Gb/s, or p50 µs for lat), else the record's own."""
-    judged = pair.get("matrix")
-    if isinstance(judged, Mapping) and "value" in judged:
-        v = judged.get("value")
-    elif pattern == "lat":
-        lat = pair.get("latency_us")
-        v = lat.get("p50") if isinstance(lat, Mapping) else None
-    else:
-        v = pair.get("bandwidth_gbps")
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _pair_pattern(pair: Mapping[str, Any]) -> str:
-    judged = pair.get("matrix")
-    if isinstance(judged, Mapping) and judged.get("pattern"):
-        return str(judged["pattern"])
-    return str(pair.get("pattern") or "")
-
-
-def matrix_heatmaps(matrix: Mapping[str, Any] | Any) -> list[Chart]:
+def matrix_heatmaps(matrix: Mapping[str, Any] | MatrixRun) -> list[Chart]:
     """One heatmap per pattern the matrix measured."""
-    obj = _matrix_json(matrix)
-    patterns = obj.get("pattern")
-    names = [str(p) for p in patterns] if isinstance(patterns, list) else [str(patterns or "bw")]
-    return [matrix_heatmap(obj, p) for p in names]
+    run = _matrix_run(matrix)
+    return [matrix_heatmap(run, p) for p in run.patterns]
 
 
-def matrix_heatmap(matrix: Mapping[str, Any] | Any, pattern: str | None = None) -> Chart:
+def matrix_heatmap(matrix: Mapping[str, Any] | MatrixRun, pattern: str | None = None) -> Chart:
     """The N x N heatmap of a ``fabscope.matrix/1`` object (bandwidth, or latency p50 for lat), sender
     on the rows, receiver on the columns; a pair measured more than once (retests) shows its last
     measurement. Findings are drawn on it: a bad node's row and column framed in red and its name in
     red, a bad link's two cells framed in red, a misrouted pair's cells hatched."""
-    obj = _matrix_json(matrix)
-    hosts = [str(h) for h in obj.get("hosts") or []]
-    if pattern is None:
-        given = obj.get("pattern")
-        pattern = str(given[0] if isinstance(given, list) and given else given or "bw")
+    run = _matrix_run(matrix)
+    hosts = run.hosts
+    pattern = pattern or run.patterns[0]
     lat = pattern == "lat"
     index = {h: i for i, h in enumerate(hosts)}
     n = len(hosts)
     grid: list[list[float | None]] = [[None] * n for _ in range(n)]
-    for pair in obj.get("pairs") or []:
-        if not isinstance(pair, Mapping) or _pair_pattern(pair) not in (pattern, ""):
-            continue
-        src, dst = str(pair.get("src_host") or pair.get("src")), str(pair.get("dst_host") or pair.get("dst"))
-        if src in index and dst in index:
-            value = _pair_value(pair, pattern)
-            if value is not None:
-                grid[index[src]][index[dst]] = value
-    findings = [f for f in obj.get("findings") or [] if isinstance(f, Mapping)]
+    for m in run.measurements:  # in the order measured: a retest's figure replaces the screen's
+        if m.pattern == pattern and m.src in index and m.dst in index and m.value is not None:
+            grid[index[m.src]][index[m.dst]] = m.value
     fig = _figure(7.0, 6.0)
     ax = fig.add_subplot()
     nan = float("nan")
@@ -605,11 +569,10 @@ def matrix_heatmap(matrix: Mapping[str, Any] | Any, pattern: str | None = None) 
         if v is not None:
             ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize="x-small")
     found: list[str] = []
-    for f in findings:
-        kind = str(f.get("kind"))
-        named = [str(h) for h in f.get("hosts") or [] if str(h) in index]
-        found.append(f"{kind} {', '.join(str(h) for h in f.get('hosts') or [])}"
-                     + (f" ({f['summary']})" if f.get("summary") else ""))
+    for f in run.findings:
+        kind = f.kind
+        named = [h for h in f.hosts if h in index]
+        found.append(f"{kind} {', '.join(f.hosts)}" + (f" ({f.summary})" if f.summary else ""))
         if kind == "node":
             for h in named:
                 k = index[h]
@@ -624,8 +587,7 @@ def matrix_heatmap(matrix: Mapping[str, Any] | Any, pattern: str | None = None) 
                                        hatch="///" if kind == "misrouted" else None))
     table = Table([Column("sender", "sender ↓ / receiver →")] + [Column(h, h, "{:.3g}") for h in hosts],
                   [[hosts[i], *grid[i]] for i in range(n)])
-    rule = obj.get("rule")
-    rule_text = f" Rule: {_evidence_text(rule)}." if isinstance(rule, Mapping) and rule else ""
+    rule_text = f" Rule: {_evidence_text(run.rule)}." if run.rule else ""
     how = "latency p50 in µs, half round trip" if lat else "bandwidth in Gb/s, measured at the receiver"
     caption = (f"Fabric matrix, {pattern}: {how}, one cell per ordered pair (grey: not measured). "
                f"Red frames: findings (a bad node frames its row and column, a bad link its two cells, a misrouted "

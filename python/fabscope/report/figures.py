@@ -14,24 +14,21 @@ from typing import Any
 from ..results import Result
 from ..results.histogram import merge
 from ..suite_measure import BW_LARGE, BW_MID, LAT_MID, LAT_SMALL  # the suite owns its sizes
+from ..untyped import mapping
 from .charts import BandwidthSeries, ComparisonRow, Distribution, LatencySeries, compact_runs
 from .render import causes_seen, labelled_why_lines
-
-
-def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
 
 
 def selection(rec: Result) -> str:
     """What was asked of the backend beyond its name and operation, in the CLI's words."""
     config = rec.config
-    options = _mapping(config.get("backend_options"))
+    options = mapping(config.get("backend_options"))
     local = rec.transport.local
     parts: list[str] = []
     if rec.backend == "mpi":
         library = str(local.get("library") or "")
         parts.append("mpich" if "MPICH" in library.upper() else "openmpi" if "Open MPI" in library else library[:20])
-        pml = _mapping((rec.transport.launcher or {}).get("mca")).get("pml")
+        pml = mapping((rec.transport.launcher or {}).get("mca")).get("pml")
         if isinstance(pml, str) and pml and not pml.startswith("^"):  # a selection asked for, not an exclusion
             parts.append(f"pml {pml}")
     for key in ("ucx-tls", "provider", "domain"):
@@ -48,7 +45,7 @@ def make_label(backend: str, op: str, selected: str) -> str:
 
 
 def transport_label(rec: Result) -> str:
-    preload = _mapping(rec.transport.local.get("preload"))  # "tcp (rspreload)": not the plain tcp row
+    preload = mapping(rec.transport.local.get("preload"))  # "tcp (rspreload)": not the plain tcp row
     return make_label(str(preload.get("label") or rec.backend), rec.op, selection(rec))
 
 

@@ -11,9 +11,9 @@ import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from ..results import Result
+from ..results.matrix import MatrixRun
 from . import charts
 from .charts import Chart, ComparisonRow, TrendPoint
 from .figures import bandwidth_series, comparison_rows, distributions, latency_series, transport_label
@@ -55,7 +55,7 @@ class ReportInput:
     line_rates: Mapping[str, float] = field(default_factory=dict)  # device -> Gb/s
     notes: Sequence[str] = ()
     history: Sequence[History] = ()
-    matrices: Sequence[Mapping[str, Any]] = ()
+    matrices: Sequence[MatrixRun] = ()
     distribution_size: int | None = None
     generated: datetime | None = None
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import EXIT_USAGE, FabscopeError
 from ..results import RecordError, Result, parse_record
+from ..results.matrix import MatrixRun
 from ..results.suite import SuiteSummary
 
 RESULT_PREFIX = "fabscope.result/"
@@ -26,7 +27,7 @@ SUFFIXES = (".jsonl", ".json")
 @dataclass
 class Inputs:
     records: list[Result] = field(default_factory=list)
-    matrices: list[dict[str, Any]] = field(default_factory=list)
+    matrices: list[MatrixRun] = field(default_factory=list)
     suites: list[SuiteSummary] = field(default_factory=list)  # fabscope.suite/1 summaries (line rates, notes)
     sources: list[str] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)  # every file read (what a report must never write over)
@@ -72,7 +73,10 @@ def _add(inputs: Inputs, path: Path) -> None:
             except RecordError as exc:
                 raise FabscopeError(f"{path}:{number}: {exc}", EXIT_USAGE) from exc
         elif schema.startswith(MATRIX_PREFIX):
-            inputs.matrices.append(obj)
+            try:
+                inputs.matrices.append(MatrixRun.parse(obj))
+            except RecordError as exc:
+                raise FabscopeError(f"{path}:{number}: {exc}", EXIT_USAGE) from exc
         elif schema.startswith(SUITE_PREFIX):
             try:
                 inputs.suites.append(SuiteSummary.parse(obj))

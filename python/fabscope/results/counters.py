@@ -10,28 +10,19 @@ words, 32-bit wrap, resets) stays with ``deltas.py``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..untyped import count, member
 from .deltas import DeviceDelta, counter_deltas
 
 __all__ = ["CounterSide", "Counters", "DeviceCounters", "TcpSockets"]
 
 
-def _mapping(obj: object, key: str) -> Mapping[str, Any]:
-    v = obj.get(key) if isinstance(obj, Mapping) else None
-    return v if isinstance(v, Mapping) else {}
-
-
-def _number(v: object) -> int | None:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
-
-
 def _numbers(obj: Mapping[str, Any]) -> dict[str, int]:
     """The numeric values of a before/after snapshot (other keys, as ``ethtool``, left out)."""
-    return {str(k): n for k, v in obj.items() if (n := _number(v)) is not None}
+    return {str(k): n for k, v in obj.items() if (n := count(v)) is not None}
 
 
 @dataclass(frozen=True)
@@ -64,14 +55,14 @@ class DeviceCounters:
 
     @staticmethod
     def of(name: str, kind: str, raw: Mapping[str, Any]) -> DeviceCounters:
-        before, after = _mapping(raw, "before"), _mapping(raw, "after")
+        before, after = member(raw, "before"), member(raw, "after")
         eth_after = after.get("ethtool")
         ndevs = raw.get("ndevs")
         addresses = raw.get("addresses")
         return DeviceCounters(
             name=name, kind=kind, before=_numbers(before), after=_numbers(after),
             ndevs=tuple(str(n) for n in ndevs) if isinstance(ndevs, list) else (),
-            ethtool_before=_numbers(_mapping(before, "ethtool")) if isinstance(eth_after, Mapping) else None,
+            ethtool_before=_numbers(member(before, "ethtool")) if isinstance(eth_after, Mapping) else None,
             ethtool_after=_numbers(eth_after) if isinstance(eth_after, Mapping) else None,
             addresses=tuple(str(a) for a in addresses) if isinstance(addresses, list) else (),
         )
@@ -90,7 +81,7 @@ class TcpSockets:
 
     @staticmethod
     def of(raw: Mapping[str, Any]) -> TcpSockets:
-        return TcpSockets(*(_number(raw.get(k)) for k in ("sockets", "data_segs_out", "total_retrans", "dsack_dups")))
+        return TcpSockets(*(count(raw.get(k)) for k in ("sockets", "data_segs_out", "total_retrans", "dsack_dups")))
 
 
 @dataclass(frozen=True)
@@ -129,9 +120,9 @@ class CounterSide:
         socks = raw.get("tcp_sockets")
         return CounterSide(
             host=str(host) if host else None,
-            net={str(k): DeviceCounters.of(str(k), "net", v) for k, v in _mapping(raw, "net").items()
+            net={str(k): DeviceCounters.of(str(k), "net", v) for k, v in member(raw, "net").items()
                  if isinstance(v, Mapping)},
-            rdma={str(k): DeviceCounters.of(str(k), "rdma", v) for k, v in _mapping(raw, "rdma").items()
+            rdma={str(k): DeviceCounters.of(str(k), "rdma", v) for k, v in member(raw, "rdma").items()
                   if isinstance(v, Mapping)},
             tcp_sockets=TcpSockets.of(socks) if isinstance(socks, Mapping) else None,
             raw=raw,

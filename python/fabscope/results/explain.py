@@ -14,11 +14,11 @@ bug (tests/integration/test_explain_runs.py plants each and proves silence).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..untyped import count_at, member, number_at
 from .counters import Counters, CounterSide, DeviceCounters
 from .pathsides import path_sides
 
@@ -205,19 +205,9 @@ class Explanation:
 # --------------------------------------------------------------------------
 
 
-def _m(obj: Any, key: str) -> Mapping[str, Any]:
-    v = obj.get(key) if isinstance(obj, Mapping) else None
-    return v if isinstance(v, Mapping) else {}
-
-
-def _n(obj: Mapping[str, Any], key: str) -> int | None:
-    v = obj.get(key)
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
-
-
 def _sides(rec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
-    tr = _m(rec, "transport")
-    return [(name, _m(tr, name)) for name in ("local", "peer") if _m(tr, name)]
+    tr = member(rec, "transport")
+    return [(name, member(tr, name)) for name in ("local", "peer") if member(tr, name)]
 
 
 def _senders(rec: Mapping[str, Any]) -> list[str]:
@@ -241,17 +231,17 @@ def _fmt(n: int) -> str:
 
 def _verbs_mtu(local: Mapping[str, Any]) -> tuple[int | None, int | None, str]:
     """(active, used, selection) of the verbs path MTU: the smallest over a --device list's devices."""
-    parts = [_m(d, "mtu") for d in local.get("devices") or [] if isinstance(d, Mapping)] or [_m(local, "mtu")]
-    pairs = [(_n(m, "active"), _n(m, "used"), str(m.get("selection") or "")) for m in parts]
+    parts = [member(d, "mtu") for d in local.get("devices") or [] if isinstance(d, Mapping)] or [member(local, "mtu")]
+    pairs = [(count_at(m, "active"), count_at(m, "used"), str(m.get("selection") or "")) for m in parts]
     known = [(a, u, s) for a, u, s in pairs if a and u]
     return min(known, key=lambda p: p[1] or 0) if known else (None, None, "")
 
 
 def _segmentation(rec: Mapping[str, Any]) -> Cause:
-    local = _m(_m(rec, "transport"), "local")
-    size = _n(rec, "size") or 0
+    local = member(member(rec, "transport"), "local")
+    size = count_at(rec, "size") or 0
     if _tcp_kernel(local):
-        unit, what = _n(local, "mss"), "MSS"
+        unit, what = count_at(local, "mss"), "MSS"
     elif local.get("kind") == "verbs":
         unit, what = _verbs_mtu(local)[1], "path MTU"
     else:
@@ -287,7 +277,7 @@ def _snapshots(rec: Mapping[str, Any]) -> list[tuple[str, CounterSide]]:
     both snapshots hold, so a counter that moved would be named, and summed, twice."""
     counters = Counters.of_record(rec)
     local, peer = counters.local, counters.peer
-    boot = _m(rec, "host").get("boot_id"), _m(rec, "peer_host").get("boot_id")
+    boot = member(rec, "host").get("boot_id"), member(rec, "peer_host").get("boot_id")
     if local and peer and local.host and local.host == peer.host and boot[0] and boot[0] == boot[1]:
         return [("local", local)]
     return [(label, snap) for label, snap in (("local", local), ("peer", peer)) if snap is not None]
@@ -374,7 +364,7 @@ def _sockets_not_ours(local: Mapping[str, Any]) -> str | None:
         return f"libfabric's {provider} provider"
     if kind == "mpi":
         selected = local.get("selected")
-        btl = _m(selected if isinstance(selected, Mapping) else {}, "btl")
+        btl = member(selected if isinstance(selected, Mapping) else {}, "btl")
         if any("tcp" in v for v in btl.values() if isinstance(v, list)):
             return "MPI's tcp btl"
     return None
@@ -433,7 +423,7 @@ def _tcp_judged(fact: str, unread: list[str], total: int, share: float | None, s
 
 
 def _retransmission(rec: Mapping[str, Any]) -> Cause:
-    local = _m(_m(rec, "transport"), "local")
+    local = member(member(rec, "transport"), "local")
     moved, read, stray = _counter_loss(rec)
     # RoCE's congestion counters count RoCE packets: kernel TCP's bytes are not among them.
     congested, congestion_read = _congestion(rec) if not _tcp_kernel(local) else ([], 0)
@@ -484,17 +474,17 @@ def _retransmission(rec: Mapping[str, Any]) -> Cause:
         return Cause("retransmission", "unchecked",
                      f"the {kind} transport does not report retransmissions, and the counter snapshot holds no "
                      "loss or sequence-error counter of its devices")
-    size = _n(rec, "size") or 0
-    iters = _n(rec, "iterations") or 0
-    tr = _m(rec, "transport")
+    size = count_at(rec, "size") or 0
+    iters = count_at(rec, "iterations") or 0
+    tr = member(rec, "transport")
     parts, unchecked, total, segments = [], [], 0, 0
     for side in _senders(rec):
-        info = _m(tr, side)
-        n, mss = _n(info, "phase_retransmitted_segments"), _n(info, "mss")
+        info = member(tr, side)
+        n, mss = count_at(info, "phase_retransmitted_segments"), count_at(info, "mss")
         if n is None:
             unchecked.append(side)
             continue
-        spurious = min(n, _n(info, "phase_spurious_retransmissions") or 0)
+        spurious = min(n, count_at(info, "phase_spurious_retransmissions") or 0)
         total += n - spurious
         if mss:
             segments += -(-size // mss) * iters
@@ -509,7 +499,7 @@ def _retransmission(rec: Mapping[str, Any]) -> Cause:
 
 
 def _mtu(rec: Mapping[str, Any]) -> Cause:
-    local = _m(_m(rec, "transport"), "local")
+    local = member(member(rec, "transport"), "local")
     if local.get("kind") == "verbs":
         active, used, selection = _verbs_mtu(local)
         if active and used and used < active:
@@ -523,7 +513,7 @@ def _mtu(rec: Mapping[str, Any]) -> Cause:
         return Cause("mtu", "unchecked", "the verbs record carries no active/used MTU")
     if not _tcp_kernel(local):
         return Cause("mtu", "unchecked", f"the {local.get('kind') or '?'} transport does not report its path MTU")
-    path, netdev = _n(local, "path_mtu"), _n(local, "netdev_mtu")
+    path, netdev = count_at(local, "path_mtu"), count_at(local, "netdev_mtu")
     dev = local.get("address_owner") or "the netdev"
     if path is None or netdev is None:
         return Cause("mtu", "unchecked", "the record carries no path/netdev MTU (an engine from before 0.2)")
@@ -539,12 +529,12 @@ def _mtu(rec: Mapping[str, Any]) -> Cause:
 
 def _cpu_sides(rec: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """(side, its ``cpu_use``) for the sides whose engine reported its CPU use in the phase."""
-    use = _m(rec, "cpu_use")
-    return [(side, _m(use, side)) for side in ("local", "peer") if _n(_m(use, side), "wall_ns")]
+    use = member(rec, "cpu_use")
+    return [(side, member(use, side)) for side in ("local", "peer") if count_at(member(use, side), "wall_ns")]
 
 
 def _where(cu: Mapping[str, Any]) -> str:
-    cpu, node = _n(cu, "cpu"), _n(cu, "numa_node")
+    cpu, node = count_at(cu, "cpu"), count_at(cu, "numa_node")
     if cpu is None:
         return "on an unknown CPU"
     return f"on CPU {cpu}" + (f" (NUMA node {node})" if node is not None else "")
@@ -553,14 +543,14 @@ def _where(cu: Mapping[str, Any]) -> str:
 def where_engines_ran(rec: Mapping[str, Any]) -> str | None:
     """One line on where each side's engine ran and why (--cpu and the device's NUMA node), for the
     text output; None when the record carries no placement (an older engine)."""
-    use = _m(rec, "cpu_use")
+    use = member(rec, "cpu_use")
     parts: list[str] = []
     for side, host in (("local", "host"), ("peer", "peer_host")):
-        place = _m(_m(rec, host), "placement")
+        place = member(member(rec, host), "placement")
         if not place:
             continue
-        cu = _m(use, side)
-        cpu, cpu_node, dev_node = _n(cu, "cpu"), _n(cu, "numa_node"), _n(place, "device_numa_node")
+        cu = member(use, side)
+        cpu, cpu_node, dev_node = count_at(cu, "cpu"), count_at(cu, "numa_node"), count_at(place, "device_numa_node")
         on = f"CPU {cpu}" if cpu is not None else "an unknown CPU"
         on += f", NUMA node {cpu_node}" if cpu_node is not None else ""
         device = place.get("device") or ""
@@ -573,16 +563,17 @@ def _placement(rec: Mapping[str, Any]) -> Cause:
     """An engine on another NUMA node than its device: each side's ``host.placement`` (what --cpu
     asked, the device's node and why it is unknown) against the node of the CPU it ran the phase on
     (``cpu_use``)."""
-    use = _m(rec, "cpu_use")
+    use = member(rec, "cpu_use")
     seen: list[str] = []
     clear: list[str] = []
     unchecked: list[str] = []
     for side, host in (("local", "host"), ("peer", "peer_host")):
-        place, cu = _m(_m(rec, host), "placement"), _m(use, side)
+        place, cu = member(member(rec, host), "placement"), member(use, side)
         if not place:
             unchecked.append(f"the {side} engine did not report its placement (an engine older than this front end)")
             continue
-        dev_node, cpu_node, nodes = _n(place, "device_numa_node"), _n(cu, "numa_node"), _n(place, "host_numa_nodes")
+        dev_node, cpu_node = count_at(place, "device_numa_node"), count_at(cu, "numa_node")
+        nodes = count_at(place, "host_numa_nodes")
         device = place.get("device") or "its device"
         if dev_node is None:
             if nodes is not None and nodes <= 1:
@@ -615,7 +606,7 @@ def _cpu_hog(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
     if not sides:
         return [], [], ["the record carries no engine CPU use over the measured phase (an engine older than this "
                         "front end)"]
-    if _m(rec, "transport").get("poll") == "block":
+    if member(rec, "transport").get("poll") == "block":
         # Measured on the netns testbed: a clean blocking receiver ran 51 % of the phase and was
         # taken off its CPU 648 times a second (the network's softirq work waking it and running
         # beside it), while a hog barely shows (the scheduler favours the sleeper).
@@ -624,9 +615,9 @@ def _cpu_hog(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
     seen: list[str] = []
     clear: list[str] = []
     for side, cu in sides:
-        wall_s = (_n(cu, "wall_ns") or 0) / 1e9
-        share = ((_n(cu, "user_ns") or 0) + (_n(cu, "sys_ns") or 0)) / 1e9 / wall_s
-        taken = _n(cu, "involuntary_switches") or 0
+        wall_s = (count_at(cu, "wall_ns") or 0) / 1e9
+        share = ((count_at(cu, "user_ns") or 0) + (count_at(cu, "sys_ns") or 0)) / 1e9 / wall_s
+        taken = count_at(cu, "involuntary_switches") or 0
         rate = taken / wall_s
         facts = (f"the {side} engine {_where(cu)} ran {share:.0%} of the {wall_s:.2f} s phase, "
                  f"taken off its CPU {_fmt(taken)} times ({rate:.0f}/s)")
@@ -659,12 +650,12 @@ def _cpu_governor(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[st
 def _cpu_idle(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
     """(seen, clear, unchecked) facts on a blocking latency run's idle states: each message wakes
     a CPU that sleeps in a state it must leave. A spinning engine never idles its CPU."""
-    if rec.get("pattern") != "lat" or _m(rec, "transport").get("poll") != "block":
+    if rec.get("pattern") != "lat" or member(rec, "transport").get("poll") != "block":
         return [], [], []
     seen: list[str] = []
     clear: list[str] = []
     for side, host in (("local", "host"), ("peer", "peer_host")):
-        facts = _m(rec, host)
+        facts = member(rec, host)
         driver = facts.get("cpuidle_driver")
         if not isinstance(driver, str) or not driver:
             continue
@@ -708,7 +699,7 @@ def _cpu(rec: Mapping[str, Any]) -> Cause:
 
 def _buffer_fixed(rec: Mapping[str, Any], option: str) -> int:
     """The bytes the user fixed a socket buffer at (``--tcp-sndbuf``/``--tcp-rcvbuf``), 0 = autotuned."""
-    return _n(_m(_m(rec, "config"), "backend_options"), option) or 0
+    return count_at(member(member(rec, "config"), "backend_options"), option) or 0
 
 
 def _buffers(rec: Mapping[str, Any]) -> Cause:
@@ -716,8 +707,8 @@ def _buffers(rec: Mapping[str, Any]) -> Cause:
     open past it. The bandwidth-delay product the record can show is the rate achieved times the
     sender's TCP_INFO round trip (the link rate of a virtual device is unknown); a stream the buffer
     held back fills it, one with room to spare leaves it mostly empty."""
-    tr = _m(rec, "transport")
-    local = _m(tr, "local")
+    tr = member(rec, "transport")
+    local = member(tr, "local")
     if not _tcp_kernel(local):
         return Cause("buffers", "unchecked", f"the {local.get('kind') or '?'} transport does not report its socket "
                                              "buffers (only kernel TCP does)")
@@ -727,18 +718,18 @@ def _buffers(rec: Mapping[str, Any]) -> Cause:
                                          "up to net.ipv4.tcp_wmem/tcp_rmem's maximum, which the record does not carry)")
     gbps = rec.get("bandwidth_gbps")
     rate = float(gbps) * 1e9 / 8 if isinstance(gbps, (int, float)) and gbps > 0 else None
-    size = _n(rec, "size") or 0
+    size = count_at(rec, "size") or 0
     seen: list[str] = []
     clear: list[str] = []
     unchecked: list[str] = []
     for sender in _senders(rec):
         receiver = "peer" if sender == "local" else "local"
-        rtt_us = _n(_m(tr, sender), "rtt_us")
+        rtt_us = count_at(member(tr, sender), "rtt_us")
         who = "the client" if sender == "local" else "the server"
         # The smaller of the fixed buffers on this direction: the sender's send, the receiver's receive.
-        limits = [(f"{who}'s send buffer", snd, _n(_m(tr, sender), "sndbuf_bytes"), "--tcp-sndbuf"),
+        limits = [(f"{who}'s send buffer", snd, count_at(member(tr, sender), "sndbuf_bytes"), "--tcp-sndbuf"),
                   (f"the {'server' if sender == 'local' else 'client'}'s receive buffer", rcv,
-                   _n(_m(tr, receiver), "rcvbuf_bytes"), "--tcp-rcvbuf")]
+                   count_at(member(tr, receiver), "rcvbuf_bytes"), "--tcp-rcvbuf")]
         fixed = [(name, req, eff, opt) for name, req, eff, opt in limits if req]
         if not fixed:
             continue
@@ -825,9 +816,8 @@ PCIE_GENERATION = {2.5: "1.0", 5.0: "2.0", 8.0: "3.0", 16.0: "4.0", 32.0: "5.0",
 
 def _f(obj: Mapping[str, Any], key: str) -> float | None:
     """A positive finite number (a float: IB rates are not whole, 2.5 and 14 Gb/s a lane)."""
-    v = obj.get(key)
-    return (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-            else None)
+    v = number_at(obj, key)
+    return v if v is not None and v > 0 else None
 
 
 def _gbps(x: float) -> str:
@@ -839,10 +829,10 @@ def _wire(dev: Mapping[str, Any], local: Mapping[str, Any]) -> tuple[float | Non
     verbs device's description (local itself, or one of local["devices"])."""
     kind = dev.get("kind") or local.get("kind")
     if kind == "verbs":
-        mtu = _n(_m(dev, "mtu"), "used")
+        mtu = count_at(member(dev, "mtu"), "used")
         if not mtu:
             return None, "wire efficiency unknown: the record carries no path MTU"
-        gid = _m(dev, "gid")
+        gid = member(dev, "gid")
         if dev.get("link_layer") == "InfiniBand":
             grh = GRH if gid.get("grh") is True else 0
             over = LRH + grh + BTH + ICRC + VCRC
@@ -856,7 +846,7 @@ def _wire(dev: Mapping[str, Any], local: Mapping[str, Any]) -> tuple[float | Non
             what = f"RoCE v2 at MTU {mtu:,}: {mtu:,} B per packet + {over} B of headers and framing"
         return mtu / (mtu + over), what
     if _tcp_kernel(local):
-        mss = _n(local, "mss")
+        mss = count_at(local, "mss")
         if not mss:
             return None, "wire efficiency unknown: the record carries no MSS"
         addr = str(local.get("local_address") or "")
@@ -867,8 +857,8 @@ def _wire(dev: Mapping[str, Any], local: Mapping[str, Any]) -> tuple[float | Non
 
 def _pcie(dev: Mapping[str, Any]) -> tuple[float | None, str]:
     """(usable Gb/s of the device's PCIe link, its description) or (None, why unknown)."""
-    p = _m(dev, "pcie")
-    usable, gts, width = _f(p, "usable_gbps"), _f(p, "gts"), _n(p, "width")
+    p = member(dev, "pcie")
+    usable, gts, width = _f(p, "usable_gbps"), _f(p, "gts"), count_at(p, "width")
     if not usable or not gts or not width:
         return None, f"PCIe unknown: {dev.get('pcie_source') or 'the record carries no PCIe link'}"
     gen = PCIE_GENERATION.get(gts, f"{gts:g} GT/s")
@@ -917,7 +907,7 @@ def _expected(rec: Mapping[str, Any]) -> tuple[float | None, str, float | None]:
     """The bandwidth ceiling of the carrying device(s) (issue 20): the lowest of the link rate times
     the wire efficiency at the active MTU/MSS and the PCIe link's usable rate; several devices
     (verbs --device A,B) add up; bibw moves both directions of a full-duplex link at once."""
-    local = _m(_m(rec, "transport"), "local")
+    local = member(member(rec, "transport"), "local")
     if rec.get("pattern") == "lat":
         return None, LATENCY_BASIS, None
     devs = [d for d in local.get("devices") or [] if isinstance(d, Mapping)] or [local]

@@ -6,18 +6,23 @@ measurement (src client -> dst server) at one pattern, carrying the engine's res
 ``Finding`` is a verdict about the fabric (a bad node, a bad link, a misrouted pair) with its
 evidence and, for a bad node or link, the causes seen on its slow pairs (``FindingWhy``,
 results/findingwhy.py); ``MatrixRun`` is the whole run. The judging lives in ``fabscope.matrix.rules`` and
-``fabscope.matrix.findings``; this module only holds and serialises what they decided.
+``fabscope.matrix.findings``; this module only holds and serialises what they decided, and reads a
+``fabscope.matrix/1`` document back (``MatrixRun.parse``: what ``fabscope report`` draws, strict like
+``parse_record``: a malformed document is a ``RecordError`` naming the field).
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER
-from .findingwhy import FindingWhy
-from .model import Result
+from ..untyped import count
+from .errors import RecordError
+from .findingwhy import CauseOnPairs, FindingWhy
+from .model import PATTERNS, Result, _int, _obj, _opt_num, _opt_obj, _opt_str, _str, _strings, parse_record
 
 MATRIX_SCHEMA = "fabscope.matrix/1"
 #: Exit code of a matrix that found a bad node or a bad link.
@@ -56,6 +61,29 @@ class Measurement:
     def pair(self) -> tuple[str, str]:
         return (self.src, self.dst) if self.src < self.dst else (self.dst, self.src)
 
+    @staticmethod
+    def parse(obj: Mapping[str, Any], where: str = "") -> Measurement:
+        """One of a document's ``pairs``: the engine's record (none for a measurement that failed)
+        with ``src_host``, ``dst_host`` and the matrix's own ``matrix`` object beside its fields."""
+        judged = _obj(obj, "matrix", where)
+        w = f"{where}matrix."
+        pattern = _str(judged, "pattern", w)
+        if pattern not in PATTERNS:
+            raise RecordError(f"{w}pattern", f"must be one of {', '.join(PATTERNS)}, got {pattern!r}")
+        phase = _opt_str(judged, "phase", w) or "screen"
+        if phase not in PHASES:
+            raise RecordError(f"{w}phase", f"must be one of {', '.join(PHASES)}, got {phase!r}")
+        record = {k: v for k, v in obj.items() if k not in ("src_host", "dst_host", "matrix")}
+        try:
+            result = parse_record(record, judge_path=False) if "schema" in record else None
+        except RecordError as exc:
+            raise RecordError(f"{where}{exc.field}", exc.problem) from exc
+        return Measurement(
+            src=_str(obj, "src_host", where), dst=_str(obj, "dst_host", where), pattern=pattern,
+            value=_opt_num(judged, "value", w), phase=phase, round=count(judged.get("round")) or 0,
+            verdict=result.path.verdict if result else None, result=result, error=_opt_str(judged, "error", w),
+            suspect=judged.get("suspect") is True, measured_s=result.duration_s if result else None)
+
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.result.to_json() if self.result else {})
         out.update(src_host=self.src, dst_host=self.dst, matrix={
@@ -77,10 +105,33 @@ class Finding:
     # cause is the path verdict its summary states.
     why: FindingWhy | None = None
 
+    @staticmethod
+    def parse(obj: Mapping[str, Any], where: str = "") -> Finding:
+        kind = _str(obj, "kind", where)
+        if kind not in FINDING_KINDS:
+            raise RecordError(f"{where}kind", f"must be one of {', '.join(FINDING_KINDS)}, got {kind!r}")
+        diagnosis = _opt_str(obj, "diagnosis", where)
+        why = None
+        if diagnosis is not None:  # a bad node or link: the causes seen on its slow pairs
+            causes = obj.get("causes") or []
+            if not isinstance(causes, list) or not all(isinstance(c, Mapping) for c in causes):
+                raise RecordError(f"{where}causes", "must be a list of objects")
+            why = FindingWhy(causes=tuple(_cause(c, f"{where}causes[{i}].") for i, c in enumerate(causes)),
+                             diagnosis=diagnosis, slow_pairs=_int(obj, "slow_pairs", where),
+                             unexplained=tuple(_strings(obj, "unexplained", where)))
+        return Finding(kind=kind, hosts=_strings(obj, "hosts", where), summary=_str(obj, "summary", where),
+                       evidence=dict(_opt_obj(obj, "evidence") or {}), why=why)
+
     def to_json(self) -> dict[str, Any]:
         out = {"kind": self.kind, "hosts": self.hosts, "summary": self.summary, "evidence": self.evidence}
         why = self.why.to_json() if self.why else {"causes": [], "diagnosis": None, "slow_pairs": 0, "unexplained": []}
         return out | why
+
+
+def _cause(obj: Mapping[str, Any], where: str) -> CauseOnPairs:
+    return CauseOnPairs(cause=_str(obj, "cause", where), pairs=_int(obj, "pairs", where), of=_int(obj, "of", where),
+                        evidence=_str(obj, "evidence", where), fix=_opt_str(obj, "fix", where),
+                        clean_pairs=_int(obj, "clean_pairs", where), clean_of=_int(obj, "clean_of", where))
 
 
 @dataclass(slots=True)
@@ -145,6 +196,35 @@ class MatrixRun:
     launcher: str | None = None
     interrupted: bool = False  # Ctrl-C: what was measured is judged and printed, exit 130
     timing: MatrixTiming = field(default_factory=MatrixTiming)
+
+    @staticmethod
+    def parse(obj: Mapping[str, Any]) -> MatrixRun:
+        """A ``fabscope.matrix/1`` document (``fabscope matrix --format json``, or a store's summary) read
+        back. Its ``timing`` is a summary (the jobs' medians), so the parsed run has no timing of its own."""
+        schema = _str(obj, "schema")
+        name, _, num = schema.partition("/")
+        if name != "fabscope.matrix" or not num.isdigit():
+            raise RecordError("schema", f"is {schema!r}, not a fabscope.matrix/N document")
+        if int(num) > 1:
+            raise RecordError("schema", f"is {schema!r}, newer than this fabscope reads ({MATRIX_SCHEMA}); upgrade "
+                              "fabscope")
+        given = obj.get("pattern")
+        patterns = [given] if isinstance(given, str) else given
+        if not isinstance(patterns, list) or not patterns or not all(p in PATTERNS for p in patterns):
+            raise RecordError("pattern", f"must be one of {', '.join(PATTERNS)} or a list of them, got {given!r}")
+        pairs, findings, unreachable = (obj.get(k) or [] for k in ("pairs", "findings", "unreachable"))
+        for key, items in (("pairs", pairs), ("findings", findings), ("unreachable", unreachable)):
+            if not isinstance(items, list) or not all(isinstance(x, Mapping) for x in items):
+                raise RecordError(key, "must be a list of objects")
+        return MatrixRun(
+            hosts=_strings(obj, "hosts"), patterns=[str(p) for p in patterns], backend=_str(obj, "backend"),
+            schedule=dict(_opt_obj(obj, "schedule") or {}), rule=dict(_opt_obj(obj, "rule") or {}),
+            measurements=[Measurement.parse(p, f"pairs[{i}].") for i, p in enumerate(pairs)],
+            findings=[Finding.parse(f, f"findings[{i}].") for i, f in enumerate(findings)],
+            unreachable={_str(u, "host", f"unreachable[{i}]."): _str(u, "reason", f"unreachable[{i}].")
+                         for i, u in enumerate(unreachable)},
+            centres={str(k): dict(v) for k, v in (_opt_obj(obj, "centres") or {}).items() if isinstance(v, Mapping)},
+            notes=_strings(obj, "notes"), launcher=_opt_str(obj, "launcher"), interrupted=obj.get("interrupted") is True)
 
     @property
     def retests(self) -> int:

@@ -8,10 +8,11 @@ reads as absent, never as an exception.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..untyped import count, member, number
 
 __all__ = ["DeviceBytes", "PathSide", "path_sides"]
 
@@ -29,11 +30,13 @@ class DeviceBytes:
     def of(raw: object) -> DeviceBytes | None:
         if not isinstance(raw, Mapping) or not isinstance(raw.get("device"), str):
             return None
-        b, share = raw.get("bytes"), raw.get("share")
-        if not isinstance(b, int) or isinstance(b, bool) or b < 0:
-            return None
-        ok = isinstance(share, (int, float)) and not isinstance(share, bool) and math.isfinite(share)
-        return DeviceBytes(raw["device"], b, float(share) if ok and share is not None else None)
+        b = _bytes(raw.get("bytes"))
+        return DeviceBytes(raw["device"], b, number(raw.get("share"))) if b is not None else None
+
+
+def _bytes(v: object) -> int | None:
+    """A byte count: a non-negative int (a float or a bool is not one)."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 def _listed(raw: object) -> tuple[DeviceBytes, ...]:
@@ -54,6 +57,11 @@ class PathSide:
     # could not say (no counters)
     carriers: tuple[DeviceBytes, ...]
     raw: Mapping[str, Any] = field(repr=False)
+    reason: str | None = None  # why this host judged as it did (a misroute's, an unverifiable side's)
+    # The requested device's own count (``requested``): its bytes, and their share of the payload the
+    # run had to move (above 1.0 where headers and other traffic count too); None where not counted
+    requested_bytes: int | None = None
+    requested_of_expected: float | None = None
 
     def carrier(self) -> str | None:
         """The device that carried this host's bytes: the verdict's first carrier, else the busiest
@@ -63,12 +71,17 @@ class PathSide:
 
     @staticmethod
     def of(raw: Mapping[str, Any]) -> PathSide:
-        verdict, host, observed = raw.get("verdict"), raw.get("host"), raw.get("observed_bytes")
+        verdict, host, reason = raw.get("verdict"), raw.get("host"), raw.get("reason")
+        requested = member(raw, "requested")
+        req_bytes = count(requested.get("bytes"))
         return PathSide(
             verdict=verdict if isinstance(verdict, str) else None,
             host=host if isinstance(host, str) else None,
-            observed_bytes=observed if isinstance(observed, int) and not isinstance(observed, bool) else None,
+            observed_bytes=_bytes(raw.get("observed_bytes")),
             top=_listed(raw.get("top")), carriers=_listed(raw.get("carriers")), raw=raw,
+            reason=reason if isinstance(reason, str) else None,
+            requested_bytes=req_bytes if req_bytes is not None and req_bytes >= 0 else None,
+            requested_of_expected=number(requested.get("of_expected")),
         )
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .pathsides import path_sides
+
 __all__ = ["format_bytes", "pct", "render_path_text", "summary"]
 
 
@@ -26,28 +28,21 @@ def pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
-def _judged(path: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    sides = path.get("sides")
-    if not isinstance(sides, Mapping):
-        return []
-    return [s for s in (sides.get("local"), sides.get("peer")) if isinstance(s, Mapping)]
-
-
 def summary(path: Mapping[str, Any]) -> str:
     """One line: the verdict and the figures behind it."""
     v = path.get("verdict")
     req = path.get("requested")
-    sides = _judged(path)
+    sides = list(path_sides(path).values())
     if v == "misrouted" and path.get("shared_memory"):
         return f"misrouted: asked for {req}, the bytes went through {path['shared_memory']}"
     if v == "not-requested" or v == "misrouted":
         parts, shares, totals = [], [], []
         for s in sides:
-            lst = s.get("carriers") if v == "misrouted" else s.get("top")
-            if lst:
-                parts.append(f"{lst[0]['device']} ({s['host']})")
-                shares.append(lst[0]["share"])
-                totals.append(s["observed_bytes"])
+            listed = s.carriers if v == "misrouted" else s.top
+            if listed:
+                parts.append(f"{listed[0].device} ({s.host})")
+                shares.append(listed[0].share or 0.0)
+                totals.append(s.observed_bytes or 0)
         if not parts:
             return f"{v}: no device counted any bytes"
         where = " / ".join(parts)
@@ -57,8 +52,7 @@ def summary(path: Mapping[str, Any]) -> str:
             return f"misrouted: asked for {req}, {head}"
         return f"not-requested: {head}"
     if v == "verified":
-        counted = [(float((s.get("requested") or {}).get("of_expected") or 0.0),
-                    (s.get("requested") or {}).get("bytes"), s["host"]) for s in sides]
+        counted = [(s.requested_of_expected or 0.0, s.requested_bytes, s.host) for s in sides]
         over = any(share > 1.0 for share, _, _ in counted)
         # One unit for all sides: bytes as soon as any side counted more than the payload.
         parts = [f"{format_bytes(b or 0) if over else pct(share)} ({host})" for share, b, host in counted]
@@ -76,7 +70,7 @@ def render_path_text(path: Mapping[str, Any]) -> str:
     body = line.split(": ", 1)[1] if ": " in line else line
     if v == "misrouted":
         lines = [f"!! MISROUTED: {body}"]
-        details = [f"{s['host']}: {s['reason']}" for s in _judged(path) if s.get("verdict") == "misrouted"]
+        details = [f"{s.host}: {s.reason}" for s in path_sides(path).values() if s.verdict == "misrouted" and s.reason]
         if not details and path.get("reason"):
             details = [str(path["reason"])]
         if details:

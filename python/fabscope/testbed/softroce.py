@@ -33,6 +33,7 @@ from pathlib import Path
 
 from .. import argtypes
 from ..errors import EXIT_USAGE, FabscopeError
+from . import softroce_guests
 
 # The testbed's API, from the modules that own each part (re-exported: `softroce.run`, ...).
 from .softroce_base import DEFAULT_MIRROR as DEFAULT_MIRROR
@@ -92,7 +93,7 @@ def fill_parser(p: argparse.ArgumentParser) -> None:
     r.add_argument("--numa", action="store_true",
                    help="single guest: two NUMA nodes (CPUs 0-1 on node 0, CPUs 2-3 on node 1) with the NIC(s) "
                         "on node 1, behind a PCI expander bridge")
-    r.add_argument("--vcpus", type=int, choices=(1, 2), default=1,
+    r.add_argument("--vcpus", type=int, choices=softroce_guests.VCPU_CHOICES, default=1,
                    help="single guest: its vCPUs (default 1). With 2, qemu runs each on a host thread of its "
                         "own, so a server and a client in the one guest each get a CPU, as on a real host")
     r.add_argument("--pin-cpus", action="store_true",
@@ -139,15 +140,9 @@ def main(argv: list[str] | None = None, parse_only: bool = False) -> int:
 
 
 def _check(args: argparse.Namespace) -> None:
-    if args.action == "run" and args.pin_cpus and not args.two_guests:
-        raise FabscopeError("--pin-cpus pins each of two guests to a host CPU of its own: add --two-guests "
-                            "(a single guest runs where the host schedules it)", EXIT_USAGE)
-    if args.action == "run" and args.vcpus != 1 and (args.two_guests or args.numa):
-        raise FabscopeError(f"--vcpus {args.vcpus} is for a single guest: two guests have one vCPU each "
-                            "(--pin-cpus gives each a host CPU) and --numa has its own layout; drop --vcpus")
-    if args.action == "run" and args.numa and args.two_guests:
-        raise FabscopeError("--numa boots ONE guest with two NUMA nodes: it cannot be combined with "
-                            "--two-guests; drop one of them", EXIT_USAGE)
+    if args.action == "run" and (refusal := softroce_guests.layout_refusal(
+            two_guests=args.two_guests, numa=args.numa, vcpus=args.vcpus, pin_cpus=args.pin_cpus)):
+        raise FabscopeError(refusal, EXIT_USAGE)
 
 
 def _execute(args: argparse.Namespace) -> int:

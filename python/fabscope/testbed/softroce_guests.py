@@ -329,12 +329,29 @@ def _qemu_argv(
     ]
 
 
-def _host_cpus_for_guests(two_guests: bool) -> tuple[str, int, int]:
+VCPU_CHOICES = (1, 2)
+
+
+def layout_refusal(*, two_guests: bool, numa: bool, vcpus: int, pin_cpus: bool) -> str | None:
+    """Why these guest options cannot go together, or None: the one rule for the CLI's --two-guests,
+    --numa, --vcpus and --pin-cpus and for run()'s keywords of the same names (named both ways)."""
+    if numa and two_guests:
+        return ("--numa (numa) boots ONE guest with two NUMA nodes and cannot be combined with --two-guests "
+                "(two_guests): drop one of them (a NUMA layout for two guests is not built)")
+    if vcpus not in VCPU_CHOICES:
+        return f"--vcpus (vcpus) must be 1 or 2, got {vcpus}"
+    if vcpus != 1 and (two_guests or numa):
+        return (f"--vcpus {vcpus} (vcpus={vcpus}) is for a single guest: two guests have one vCPU each "
+                "(--pin-cpus gives each a host CPU of its own) and --numa has its own layout; drop --vcpus")
+    if pin_cpus and not two_guests:
+        return ("--pin-cpus (pin_cpus) pins each of two guests to a host CPU of its own: add --two-guests "
+                "(two_guests); a single guest runs where the host schedules it")
+    return None
+
+
+def _host_cpus_for_guests() -> tuple[str, int, int]:
     """(taskset, server CPU, client CPU) for ``pin_cpus``: the first two CPUs this process may
     run on. taskset execs qemu with the mask set, so every thread qemu starts inherits it."""
-    if not two_guests:
-        raise SoftRoceError("pin_cpus pins each of two guests to a CPU of its own: it needs two_guests "
-                            "(--two-guests); a single guest runs where the host schedules it")
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         raise SoftRoceError(f"pin_cpus needs two host CPUs this process may use, and it may use only "
@@ -423,18 +440,12 @@ def run(
         raise SoftRoceError(f"timeout must be positive, got {timeout_s}")
     if links not in (1, 2):
         raise SoftRoceError(f"links must be 1 or 2, got {links}")
-    if numa and two_guests:
-        raise SoftRoceError("numa (--numa) boots ONE guest with two NUMA nodes and cannot be combined with "
-                            "two_guests (--two-guests): drop one of them (a NUMA layout for two guests is "
-                            "not built)")
-    if vcpus not in (1, 2):
-        raise SoftRoceError(f"vcpus must be 1 or 2, got {vcpus}")
-    if vcpus != 1 and (two_guests or numa):
-        raise SoftRoceError(f"vcpus={vcpus} is for a single guest: two guests have one vCPU each (pin_cpus gives "
-                            "each a host CPU of its own) and numa has its own layout; drop vcpus")
+    refusal = layout_refusal(two_guests=two_guests, numa=numa, vcpus=vcpus, pin_cpus=pin_cpus)
+    if refusal:
+        raise SoftRoceError(refusal)
     if package is not None:
         _checked_package(package)
-    pins = _host_cpus_for_guests(two_guests) if pin_cpus else None
+    pins = _host_cpus_for_guests() if pin_cpus else None
     out_stream = stdout if stdout is not None else sys.stdout
     err_stream = stderr if stderr is not None else sys.stderr
     qemu = need_tool("qemu-system-x86_64", "boot the Soft-RoCE guest (package qemu-system-x86)")
