@@ -271,11 +271,10 @@ def _carriers(rec: Mapping[str, Any], side: str) -> list[str]:
     return [c.device for c in judged.carriers] if judged else []
 
 
-def _snapshots(rec: Mapping[str, Any]) -> list[tuple[str, CounterSide]]:
+def _snapshots(rec: Mapping[str, Any], counters: Counters) -> list[tuple[str, CounterSide]]:
     """(side, its counter snapshot) for the snapshots of different devices: both sides', unless the
     two engines ran on one host (a loopback run: same host name, same boot), whose ports and netdevs
     both snapshots hold, so a counter that moved would be named, and summed, twice."""
-    counters = Counters.of_record(rec)
     local, peer = counters.local, counters.peer
     boot = member(rec, "host").get("boot_id"), member(rec, "peer_host").get("boot_id")
     if local and peer and local.host and local.host == peer.host and boot[0] and boot[0] == boot[1]:
@@ -283,13 +282,13 @@ def _snapshots(rec: Mapping[str, Any]) -> list[tuple[str, CounterSide]]:
     return [(label, snap) for label, snap in (("local", local), ("peer", peer)) if snap is not None]
 
 
-def _counter_loss(rec: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
+def _counter_loss(rec: Mapping[str, Any], counters: Counters) -> tuple[list[str], list[str], list[str]]:
     """(evidence of loss counters that moved, names of the counters that were read, stray RDMA
     retries too few to count) over the carrying netdevs and every RDMA port of both sides."""
     moved: list[str] = []
     read: list[str] = []
     stray: list[str] = []
-    for side, snap in _snapshots(rec):
+    for side, snap in _snapshots(rec, counters):
         host = snap.host or side
         for port in snap.rdma.values():
             events, total = _moved(port, host, RDMA_LOSS_COUNTERS, read)
@@ -320,18 +319,18 @@ def _moved(dev: DeviceCounters, host: str, keys: Sequence[str], read: list[str])
     return events, total
 
 
-def _congestion(rec: Mapping[str, Any]) -> tuple[list[str], int]:
+def _congestion(rec: Mapping[str, Any], counters: Counters) -> tuple[list[str], int]:
     """(evidence of the congestion counters that moved, how many were read) over every RDMA port of
     both sides."""
     moved: list[str] = []
     read: list[str] = []
-    for side, snap in _snapshots(rec):
+    for side, snap in _snapshots(rec, counters):
         for port in snap.rdma.values():
             moved += _moved(port, snap.host or side, RDMA_CONGESTION_COUNTERS, read)[0]
     return moved, len(read)
 
 
-def _pauses(rec: Mapping[str, Any]) -> tuple[list[str], int, list[str]]:
+def _pauses(rec: Mapping[str, Any], counters: Counters) -> tuple[list[str], int, list[str]]:
     """(evidence of the pause/PFC counters that moved, how many were read, the netdevs whose driver
     lists none) over the netdevs behind both sides' RDMA ports: the engine reads their driver's
     pause statistics (`ethtool -S`: counters.*.net.X.before/after.ethtool; absent where it could not
@@ -339,7 +338,7 @@ def _pauses(rec: Mapping[str, Any]) -> tuple[list[str], int, list[str]]:
     moved: list[str] = []
     read: list[str] = []
     none: list[str] = []
-    for side, snap in _snapshots(rec):
+    for side, snap in _snapshots(rec, counters):
         host = snap.host or side
         for netdev in snap.netdevs_behind_rdma():
             pauses = netdev.ethtool()
@@ -370,14 +369,13 @@ def _sockets_not_ours(local: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _library_sockets_retransmission(rec: Mapping[str, Any], sender: str, fix_loss: str) -> Cause:
+def _library_sockets_retransmission(rec: Mapping[str, Any], counters: Counters, sender: str, fix_loss: str) -> Cause:
     """Loss under a transport whose TCP sockets the library opened: TCP_INFO of those sockets, read
     by the engine from its own file descriptors (counters.*.tcp_sockets: data segments sent and
     sent again over the run, matched socket by socket, the control connection left out)."""
     parts: list[str] = []
     unread: list[str] = []
     total = segments = 0
-    counters = Counters.of_record(rec)
     for side in _senders(rec):
         snap = counters.side(side)
         socks = snap.tcp_sockets if snap else None
@@ -422,12 +420,12 @@ def _tcp_judged(fact: str, unread: list[str], total: int, share: float | None, s
     return Cause("retransmission", "clear", fact)
 
 
-def _retransmission(rec: Mapping[str, Any]) -> Cause:
+def _retransmission(rec: Mapping[str, Any], counters: Counters) -> Cause:
     local = member(member(rec, "transport"), "local")
-    moved, read, stray = _counter_loss(rec)
+    moved, read, stray = _counter_loss(rec, counters)
     # RoCE's congestion counters count RoCE packets: kernel TCP's bytes are not among them.
-    congested, congestion_read = _congestion(rec) if not _tcp_kernel(local) else ([], 0)
-    paused, pause_read, no_pause = _pauses(rec) if not _tcp_kernel(local) else ([], 0, [])
+    congested, congestion_read = _congestion(rec, counters) if not _tcp_kernel(local) else ([], 0)
+    paused, pause_read, no_pause = _pauses(rec, counters) if not _tcp_kernel(local) else ([], 0, [])
     fix_loss = ("find the drop: a queue too small for the burst, a congested or faulty port (ethtool -S, "
                 "tc -s qdisc on the path); for RoCE enable PFC/ECN on the fabric")
     signals = congested + paused
@@ -461,7 +459,7 @@ def _retransmission(rec: Mapping[str, Any]) -> Cause:
                      fix="; ".join(fixes))
     sender = _sockets_not_ours(local)
     if sender:
-        return _library_sockets_retransmission(rec, sender, fix_loss)
+        return _library_sockets_retransmission(rec, counters, sender, fix_loss)
     if not _tcp_kernel(local):
         if any(r.rpartition(":")[2] in RDMA_LOSS_COUNTERS for r in read):
             quiet = (f"; no congestion counter moved ({congestion_read + pause_read} read)"
@@ -760,12 +758,12 @@ def _buffers(rec: Mapping[str, Any]) -> Cause:
     return Cause("buffers", "clear", "; ".join(clear + unchecked) or "no fixed buffer on a direction that sends")
 
 
-def _link(rec: Mapping[str, Any]) -> Cause:
+def _link(rec: Mapping[str, Any], counters: Counters) -> Cause:
     """Link events during the run: carrier changes on the netdevs that carried the payload, link
     downs, recoveries and symbol errors on every RDMA port of both sides' snapshots."""
     moved: list[str] = []
     read: list[str] = []
-    for side, snap in _snapshots(rec):
+    for side, snap in _snapshots(rec, counters):
         host = snap.host or side
         carriers = [dev for name in _carriers(rec, side) if (dev := snap.netdev(name)) is not None]
         for dev in carriers:
@@ -968,9 +966,11 @@ def with_reference(expl: Explanation, p50_us: float, found: LatencyReference | N
                    reference_sought=True)
 
 
-def explain(rec: Mapping[str, Any]) -> Explanation:
-    """The explanation of one ``fabscope.result`` record (with its ``path`` already attached)."""
+def explain(rec: Mapping[str, Any], counters: Counters | None = None) -> Explanation:
+    """The explanation of one ``fabscope.result`` record (with its ``path`` already attached);
+    ``counters``: the record's, when the caller has parsed them already (``parse_record`` has)."""
+    counters = Counters.of_record(rec) if counters is None else counters
     expected, basis, frac = _expected(rec)
-    causes = (_segmentation(rec), _retransmission(rec), _mtu(rec), _placement(rec), _cpu(rec), _buffers(rec),
-              _link(rec))
+    causes = (_segmentation(rec), _retransmission(rec, counters), _mtu(rec), _placement(rec), _cpu(rec),
+              _buffers(rec), _link(rec, counters))
     return Explanation(expected_gbps=expected, expected_basis=basis, achieved_fraction=frac, causes=causes)

@@ -417,10 +417,11 @@ def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
     bandwidth = Bandwidth.parse(rec) if pattern != "lat" else None
     transport = TransportSummary.parse(_obj(rec, "transport"))
     config = _obj(rec, "config")
+    counters = Counters.of_record(rec)  # once: the verdict, the explanation and the Result read it
     if judge_path or not isinstance(rec.get("path"), dict):
-        rec["path"] = verdict(rec)
+        rec["path"] = verdict(rec, counters)
     with_shared_cpu_warning(rec)
-    explanation = explain(rec)
+    explanation = explain(rec, counters)
     stored = rec.get("explanation")
     reference = LatencyReference.parse(stored.get("reference")) if isinstance(stored, dict) else None
     if reference is not None and latency is not None:  # measured against a reference: read back with it
@@ -435,7 +436,7 @@ def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
         transport=transport, host=HostInfo.parse(_opt_obj(rec, "host")),
         peer_host=HostInfo.parse(_opt_obj(rec, "peer_host")), warnings=tuple(_strings(rec, "warnings")),
         settings_without_effect=tuple(settings_without_effect(rec)), path=PathVerdict.of(rec["path"]), raw=rec,
-        counters=Counters.of_record(rec), explanation=explanation,
+        counters=counters, explanation=explanation,
     )
 
 

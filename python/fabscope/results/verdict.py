@@ -483,9 +483,10 @@ def _peer_local_reason(record: Mapping[str, Any]) -> str | None:
     return f"the peer address {peer_txt} is an address of this host"
 
 
-def verdict(record: Mapping[str, Any]) -> dict[str, Any]:
-    """Build the ``path`` object of a result record (see the module docstring)."""
-    counters = Counters.of_record(record)
+def verdict(record: Mapping[str, Any], counters: Counters | None = None) -> dict[str, Any]:
+    """Build the ``path`` object of a result record (see the module docstring); ``counters``: the
+    record's, when the caller has parsed them already."""
+    counters = Counters.of_record(record) if counters is None else counters
     expected, expected_why = expected_payload_bytes(record)
     request, request_why = resolve_request(record)
     path: dict[str, Any] = {
