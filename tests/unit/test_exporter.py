@@ -243,6 +243,23 @@ def test_a_results_file_being_written_gives_its_complete_lines(tmp_path: Path) -
     assert not samples(text, "fabscope_exporter_results_unreadable")
 
 
+def test_a_malformed_matrix_file_is_named_unreadable_and_keeps_no_findings(tmp_path: Path) -> None:
+    """The matrix documents a scrape reads go through the matrix's own parser: a finding of an unknown
+    kind makes the file unreadable (said, with the field), never a series with junk labels."""
+    from fabscope.results.matrix import Finding, MatrixRun
+
+    run = MatrixRun(hosts=["a", "b"], patterns=["bw"], backend="tcp", schedule={}, rule={},
+                    findings=[Finding("link", ["a", "b"], "a<->b at 40 % of the median")])
+    doc = run.to_json()
+    doc["findings"][0]["kind"] = "gremlin"
+    bad = tmp_path / "matrix.json"
+    bad.write_text(json.dumps(doc))
+    text = scrape(PMA, [bad])
+    assert not samples(text, "fabscope_matrix_finding")
+    (why,) = [dict(k)["error"] for k in samples(text, "fabscope_exporter_results_unreadable")]
+    assert "findings[0].kind" in why and "gremlin" in why, why
+
+
 def test_cli_without_prometheus_client_says_what_to_install() -> None:
     script = ("import sys; sys.modules['prometheus_client'] = None\n"
               "from fabscope.cli import main; sys.exit(main(['exporter']))")

@@ -505,8 +505,7 @@ class FabscopeCollector(Collector):
         finding = out.lines("fabscope_matrix_finding",
                             "gauge", "1 per finding of the newest fabric matrix run (kind node, link or misrouted)")
         for f in self.results.findings():
-            labels = (str(f.get("kind", "")), ",".join(str(h) for h in as_list(f.get("hosts"))),
-                      str(f.get("summary", ""))[:200])
+            labels = (f.kind, ",".join(f.hosts), f.summary[:200])
             finding.append(series("fabscope_matrix_finding", ("kind", "hosts", "summary"), labels) + "1.0\n")
         bad = out.lines("fabscope_exporter_results_unreadable", "gauge",
                         "1 per --results file that could not be read at this scrape (label: why)")

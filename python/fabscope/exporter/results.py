@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import FabscopeError
 from ..results import RecordError, Result, parse_record
-from .snapshot import as_list
+from ..results.matrix import Finding, MatrixRun
 
 __all__ = ["STORE_RUNS", "ResultsSource", "case_labels"]
 
@@ -37,7 +37,7 @@ class ResultsSource:
 
     files: Sequence[Path] = ()
     store: Path | None = None
-    _cache: dict[Path, tuple[float, list[Result], list[dict[str, Any]]]] = field(default_factory=dict)
+    _cache: dict[Path, tuple[float, list[Result], list[MatrixRun]]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # --results file -> why it did not read
     store_error: str | None = None  # why the store did not read at the last scrape
     # the last good reading of the store and what its files looked like then (see _store_stamp)
@@ -91,16 +91,16 @@ class ResultsSource:
         self._stored_cache = (stamp, out) if stamp is not None and settled else None
         return out
 
-    def findings(self) -> list[Mapping[str, Any]]:
+    def findings(self) -> list[Finding]:
         """The findings of the newest matrix run in the files."""
-        newest: tuple[float, list[Mapping[str, Any]]] = (-1.0, [])
+        newest: tuple[float, list[Finding]] = (-1.0, [])
         for f in self.files:
             mtime, _, runs = self._read(f)
             if runs and mtime >= newest[0]:
-                newest = (mtime, [x for x in as_list(runs[-1].get("findings")) if isinstance(x, Mapping)])
+                newest = (mtime, runs[-1].findings)
         return newest[1]
 
-    def _read(self, f: Path) -> tuple[float, list[Result], list[dict[str, Any]]]:
+    def _read(self, f: Path) -> tuple[float, list[Result], list[MatrixRun]]:
         try:
             mtime = f.stat().st_mtime
         except OSError as exc:
@@ -113,10 +113,10 @@ class ResultsSource:
             text = f.read_text(encoding="utf-8", errors="replace")
             docs = _documents(text)
             recs = [parse_record(d, judge_path=False) for d in docs if str(d.get("schema", "")).startswith("fabscope.result/")]
+            runs = [MatrixRun.parse(d) for d in docs if str(d.get("schema", "")).startswith("fabscope.matrix/")]
         except (OSError, RecordError) as exc:
             self.errors[str(f)] = str(exc)
             return hit or (0.0, [], [])
-        runs = [d for d in docs if str(d.get("schema", "")).startswith("fabscope.matrix/")]
         self.errors.pop(str(f), None)
         self._cache[f] = (mtime, recs, runs)
         return self._cache[f]
