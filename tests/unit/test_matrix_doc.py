@@ -89,3 +89,4 @@ def test_a_malformed_document_is_refused_naming_the_field(path: list[Any], value
     with pytest.raises(RecordError) as info:
         MatrixRun.parse(_broken(path, value))
     assert info.value.field == field, str(info.value)
+    assert str(info.value).startswith(f"fabscope.matrix/1 document: field '{field}' "), str(info.value)

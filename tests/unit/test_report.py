@@ -91,7 +91,7 @@ def test_matrix_heatmap_marks_the_bad_node() -> None:
     assert 'fill="#d62728"' in bw.svg or "#d62728" in bw.svg  # the red frame and label
     assert "half round trip" in heatmaps[1].caption
     # The same object as JSON (what `fabscope matrix --format json` writes) draws the same table.
-    assert charts.matrix_heatmaps(small_matrix().to_json())[0].table.rows == bw.table.rows
+    assert charts.matrix_heatmaps(MatrixRun.parse(small_matrix().to_json()))[0].table.rows == bw.table.rows
 
 
 def test_report_command_reads_a_matrix_file(tmp_path: Path) -> None:

@@ -524,23 +524,16 @@ def history_trend(case: str, unit: str, points: Sequence[TrendPoint]) -> Chart:
     return Chart(f"History: {case}", _svg(fig), caption, table)
 
 
-def _matrix_run(matrix: Mapping[str, Any] | MatrixRun) -> MatrixRun:
-    """The matrix's own object, or a ``fabscope.matrix/1`` document read by its parser."""
-    return matrix if isinstance(matrix, MatrixRun) else MatrixRun.parse(matrix)
-
-
-def matrix_heatmaps(matrix: Mapping[str, Any] | MatrixRun) -> list[Chart]:
+def matrix_heatmaps(run: MatrixRun) -> list[Chart]:
     """One heatmap per pattern the matrix measured."""
-    run = _matrix_run(matrix)
     return [matrix_heatmap(run, p) for p in run.patterns]
 
 
-def matrix_heatmap(matrix: Mapping[str, Any] | MatrixRun, pattern: str | None = None) -> Chart:
-    """The N x N heatmap of a ``fabscope.matrix/1`` object (bandwidth, or latency p50 for lat), sender
+def matrix_heatmap(run: MatrixRun, pattern: str | None = None) -> Chart:
+    """The N x N heatmap of a matrix run (bandwidth, or latency p50 for lat), sender
     on the rows, receiver on the columns; a pair measured more than once (retests) shows its last
     measurement. Findings are drawn on it: a bad node's row and column framed in red and its name in
     red, a bad link's two cells framed in red, a misrouted pair's cells hatched."""
-    run = _matrix_run(matrix)
     hosts = run.hosts
     pattern = pattern or run.patterns[0]
     lat = pattern == "lat"
@@ -570,21 +563,20 @@ def matrix_heatmap(matrix: Mapping[str, Any] | MatrixRun, pattern: str | None = 
             ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize="x-small")
     found: list[str] = []
     for f in run.findings:
-        kind = f.kind
         named = [h for h in f.hosts if h in index]
-        found.append(f"{kind} {', '.join(f.hosts)}" + (f" ({f.summary})" if f.summary else ""))
-        if kind == "node":
+        found.append(f"{f.kind} {', '.join(f.hosts)}" + (f" ({f.summary})" if f.summary else ""))
+        if f.kind == "node":
             for h in named:
                 k = index[h]
                 ax.add_patch(_mpl().patches.Rectangle((-0.5, k - 0.5), n, 1, fill=False, edgecolor=BAD, linewidth=2))
                 ax.add_patch(_mpl().patches.Rectangle((k - 0.5, -0.5), 1, n, fill=False, edgecolor=BAD, linewidth=2))
                 ax.get_xticklabels()[k].set_color(BAD)
                 ax.get_yticklabels()[k].set_color(BAD)
-        elif kind in ("link", "misrouted") and len(named) == 2:
+        elif f.kind in ("link", "misrouted") and len(named) == 2:
             a, b = index[named[0]], index[named[1]]
             for i, j in ((a, b), (b, a)):
                 ax.add_patch(_mpl().patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor=BAD, linewidth=2.5,
-                                       hatch="///" if kind == "misrouted" else None))
+                                       hatch="///" if f.kind == "misrouted" else None))
     table = Table([Column("sender", "sender ↓ / receiver →")] + [Column(h, h, "{:.3g}") for h in hosts],
                   [[hosts[i], *grid[i]] for i in range(n)])
     rule_text = f" Rule: {_evidence_text(run.rule)}." if run.rule else ""

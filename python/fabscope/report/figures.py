@@ -14,7 +14,7 @@ from typing import Any
 from ..results import Result
 from ..results.histogram import merge
 from ..suite_measure import BW_LARGE, BW_MID, LAT_MID, LAT_SMALL  # the suite owns its sizes
-from ..untyped import mapping
+from ..untyped import mapping, member
 from .charts import BandwidthSeries, ComparisonRow, Distribution, LatencySeries, compact_runs
 from .render import causes_seen, labelled_why_lines
 
@@ -28,7 +28,7 @@ def selection(rec: Result) -> str:
     if rec.backend == "mpi":
         library = str(local.get("library") or "")
         parts.append("mpich" if "MPICH" in library.upper() else "openmpi" if "Open MPI" in library else library[:20])
-        pml = mapping((rec.transport.launcher or {}).get("mca")).get("pml")
+        pml = member(rec.transport.launcher, "mca").get("pml")
         if isinstance(pml, str) and pml and not pml.startswith("^"):  # a selection asked for, not an exclusion
             parts.append(f"pml {pml}")
     for key in ("ucx-tls", "provider", "domain"):

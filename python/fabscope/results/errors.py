@@ -4,9 +4,10 @@ from __future__ import annotations
 
 
 class RecordError(ValueError):
-    """A record that is not a valid result: ``field`` names what is wrong (dotted path)."""
+    """A record that is not valid: ``field`` names what is wrong (dotted path); ``document`` what was
+    being read (a result record, a matrix document)."""
 
-    def __init__(self, field_name: str, problem: str) -> None:
-        super().__init__(f"result record: field '{field_name}' {problem}")
+    def __init__(self, field_name: str, problem: str, document: str = "result record") -> None:
+        super().__init__(f"{document}: field '{field_name}' {problem}")
         self.field = field_name
         self.problem = problem

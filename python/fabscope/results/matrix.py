@@ -201,6 +201,13 @@ class MatrixRun:
     def parse(obj: Mapping[str, Any]) -> MatrixRun:
         """A ``fabscope.matrix/1`` document (``fabscope matrix --format json``, or a store's summary) read
         back. Its ``timing`` is a summary (the jobs' medians), so the parsed run has no timing of its own."""
+        try:
+            return MatrixRun._parse(obj)
+        except RecordError as exc:  # the field's path is from the document's top: say which document
+            raise RecordError(exc.field, exc.problem, "fabscope.matrix/1 document") from exc
+
+    @staticmethod
+    def _parse(obj: Mapping[str, Any]) -> MatrixRun:
         schema = _str(obj, "schema")
         name, _, num = schema.partition("/")
         if name != "fabscope.matrix" or not num.isdigit():

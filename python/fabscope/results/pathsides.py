@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..untyped import count, member, number
+from ..untyped import member, number
+from .deltas import as_count
 
 __all__ = ["DeviceBytes", "PathSide", "path_sides"]
 
@@ -30,13 +31,8 @@ class DeviceBytes:
     def of(raw: object) -> DeviceBytes | None:
         if not isinstance(raw, Mapping) or not isinstance(raw.get("device"), str):
             return None
-        b = _bytes(raw.get("bytes"))
+        b = as_count(raw.get("bytes"))
         return DeviceBytes(raw["device"], b, number(raw.get("share"))) if b is not None else None
-
-
-def _bytes(v: object) -> int | None:
-    """A byte count: a non-negative int (a float or a bool is not one)."""
-    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 def _listed(raw: object) -> tuple[DeviceBytes, ...]:
@@ -73,14 +69,13 @@ class PathSide:
     def of(raw: Mapping[str, Any]) -> PathSide:
         verdict, host, reason = raw.get("verdict"), raw.get("host"), raw.get("reason")
         requested = member(raw, "requested")
-        req_bytes = count(requested.get("bytes"))
         return PathSide(
             verdict=verdict if isinstance(verdict, str) else None,
             host=host if isinstance(host, str) else None,
-            observed_bytes=_bytes(raw.get("observed_bytes")),
+            observed_bytes=as_count(raw.get("observed_bytes")),
             top=_listed(raw.get("top")), carriers=_listed(raw.get("carriers")), raw=raw,
             reason=reason if isinstance(reason, str) else None,
-            requested_bytes=req_bytes if req_bytes is not None and req_bytes >= 0 else None,
+            requested_bytes=as_count(requested.get("bytes")),
             requested_of_expected=number(requested.get("of_expected")),
         )
 
