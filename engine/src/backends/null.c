@@ -35,25 +35,23 @@ struct null_opts {
     long rx_delay_us; /* 0 = at once; else arrivals show once none came for this long */
 };
 
-#define O(f) offsetof(struct null_opts, f)
-#define S(f) sizeof(((struct null_opts *)0)->f)
+#define F(f) FS_FIELD(struct null_opts, f)
 static const struct fs_option null_options[] = {
-    {"null-stall-after", FS_OPT_INT, O(stall_after), S(stall_after), 0, 1e15, "0", NULL,
+    {"null-stall-after", FS_OPT_INT, F(stall_after), 0, 1e15, "0", NULL,
      "posts of a phase after this many are accepted and never complete, as on a hung device "
      "(0 = never; for the tests of the deadlines)",
      FS_OPTF_LOCAL},
-    {"null-queue", FS_OPT_INT, O(queue), S(queue), 0, 1e9, "0", NULL,
+    {"null-queue", FS_OPT_INT, F(queue), 0, 1e9, "0", NULL,
      "a post finds no room while this many completions are unreaped (0 = unlimited; for the "
      "tests of the core's retry)",
      FS_OPTF_LOCAL},
-    {"null-rx-delay-us", FS_OPT_INT, O(rx_delay_us), S(rx_delay_us), 0, 1e7, "0", NULL,
+    {"null-rx-delay-us", FS_OPT_INT, F(rx_delay_us), 0, 1e7, "0", NULL,
      "arrivals at this side show only once none came for this many microseconds, after the "
      "sender's count (0 = at once; for the tests of a receiver that learns the count first)",
      FS_OPTF_LOCAL},
     {0},
 };
-#undef O
-#undef S
+#undef F
 
 struct null_ep {
     struct null_opts o;
@@ -279,14 +277,6 @@ const struct fs_backend_ops fs_backend_null = {
     .patterns = FS_BIT(FS_PAT_COUNT) - 1,
     .options = null_options,
     .options_size = sizeof(struct null_opts),
-    .check = null_check,
-    .setup = null_setup,
-    .local_address = null_local_address,
-    .connect = null_connect,
-    .prepare = null_prepare,
-    .post = null_post,
-    .progress = null_progress,
-    .describe = null_describe,
-    .teardown = null_teardown,
+    FS_BACKEND_HOOKS(null),
     .phase_begin = null_phase_begin,
 };

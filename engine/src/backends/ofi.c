@@ -21,21 +21,20 @@
 
 static const char *const ep_values[] = {"rdm", "msg", NULL};
 
-#define O(f) offsetof(struct ofi_opts, f)
-#define S(f) sizeof(((struct ofi_opts *)0)->f)
+#define F(f) FS_FIELD(struct ofi_opts, f)
 static const struct fs_option ofi_options[] = {
-    {"provider", FS_OPT_STR, O(provider), S(provider), 0, 0, NULL, NULL,
+    {"provider", FS_OPT_STR, F(provider), 0, 0, NULL, NULL,
      "libfabric provider (tcp, shm, udp, sockets, net, verbs, or a layered name such as "
      "tcp;ofi_rxm); checked against fi_getinfo; empty = the first provider that can do the op",
      0},
-    {"domain", FS_OPT_STR, O(domain), S(domain), 0, 0, NULL, NULL,
+    {"domain", FS_OPT_STR, F(domain), 0, 0, NULL, NULL,
      "libfabric domain on this host (e.g. lo, eth0, mlx5_0); --device means the same; empty = "
      "the domain of this host's address on the network of the client's --device (server), else "
      "of the control connection's address",
      FS_OPTF_LOCAL},
-    {"ofi-ep", FS_OPT_ENUM, O(ep), S(ep), 0, 0, "rdm", ep_values,
+    {"ofi-ep", FS_OPT_ENUM, F(ep), 0, 0, "rdm", ep_values,
      "endpoint type: rdm (reliable datagram) or msg (connected)", 0},
-    {"ofi-inject", FS_OPT_INT, O(inject), S(inject), -1, 1 << 20, "-1", NULL,
+    {"ofi-inject", FS_OPT_INT, F(inject), -1, 1 << 20, "-1", NULL,
      "sends and writes of up to N bytes go out with fi_inject / fi_inject_write (the provider "
      "copies them at once and reports no completion, as fi_pingpong does); -1 = auto: the "
      "provider's inject_size for lat with send/write, 0 otherwise. More than the provider's "
@@ -43,8 +42,7 @@ static const struct fs_option ofi_options[] = {
      0},
     {0},
 };
-#undef O
-#undef S
+#undef F
 
 static int ofi_check(const struct fs_spec *spec, const void *opts, struct fs_err *err)
 {
@@ -576,17 +574,9 @@ const struct fs_backend_ops fs_backend_ofi = {
     .summary = "libfabric: msg/rdm endpoints; send, RMA write/read, atomics; names the provider",
     .ops = FS_BIT(FS_OP_SEND) | FS_BIT(FS_OP_WRITE) | FS_BIT(FS_OP_READ) | FS_BIT(FS_OP_FADD) |
            FS_BIT(FS_OP_CSWAP),
-    .patterns = FS_BIT(FS_PAT_LAT) | FS_BIT(FS_PAT_BW) | FS_BIT(FS_PAT_BIBW),
+    .patterns = FS_PATTERNS_ALL,
     .options = ofi_options,
     .options_size = sizeof(struct ofi_opts),
-    .check = ofi_check,
-    .setup = ofi_setup,
-    .local_address = ofi_local_address,
-    .connect = ofi_connect,
-    .prepare = ofi_prepare,
-    .post = ofi_post,
-    .progress = ofi_progress,
-    .describe = ofi_describe,
-    .teardown = ofi_teardown,
+    FS_BACKEND_HOOKS(ofi),
 };
 

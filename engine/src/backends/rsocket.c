@@ -36,27 +36,25 @@ struct rs_opts {
     uint64_t rcvbuf;
 };
 
-#define O(f) offsetof(struct rs_opts, f)
-#define S(f) sizeof(((struct rs_opts *)0)->f)
+#define F(f) FS_FIELD(struct rs_opts, f)
 /* 0 keeps librdmacm's default (its built-in value, or the files in /etc/rdma/rsocket); the record
  * reports what the connection actually got (rsocket clamps to the device's limits). */
 static const struct fs_option rs_options[] = {
-    {"rsocket-sqsize", FS_OPT_SIZE, O(sqsize), S(sqsize), 0, 65536, "0", NULL,
+    {"rsocket-sqsize", FS_OPT_SIZE, F(sqsize), 0, 65536, "0", NULL,
      "send queue entries (rsetsockopt SOL_RDMA RDMA_SQSIZE); 0 = librdmacm default", FS_OPTF_LOCAL},
-    {"rsocket-rqsize", FS_OPT_SIZE, O(rqsize), S(rqsize), 0, 65536, "0", NULL,
+    {"rsocket-rqsize", FS_OPT_SIZE, F(rqsize), 0, 65536, "0", NULL,
      "receive queue entries (RDMA_RQSIZE); 0 = librdmacm default", FS_OPTF_LOCAL},
-    {"rsocket-inline", FS_OPT_SIZE, O(inline_size), S(inline_size), 0, 65536, "0", NULL,
+    {"rsocket-inline", FS_OPT_SIZE, F(inline_size), 0, 65536, "0", NULL,
      "bytes sent inline in the work request (RDMA_INLINE); 0 = librdmacm default", FS_OPTF_LOCAL},
-    {"rsocket-iomap", FS_OPT_SIZE, O(iomap_size), S(iomap_size), 0, 65536, "0", NULL,
+    {"rsocket-iomap", FS_OPT_SIZE, F(iomap_size), 0, 65536, "0", NULL,
      "entries of the remote I/O map for riomap (RDMA_IOMAPSIZE); 0 = none", FS_OPTF_LOCAL},
-    {"rsocket-sndbuf", FS_OPT_SIZE, O(sndbuf), S(sndbuf), 0, 1ull << 30, "0", NULL,
+    {"rsocket-sndbuf", FS_OPT_SIZE, F(sndbuf), 0, 1ull << 30, "0", NULL,
      "send buffer bytes (SO_SNDBUF on the rsocket, both ends); 0 = librdmacm default", 0},
-    {"rsocket-rcvbuf", FS_OPT_SIZE, O(rcvbuf), S(rcvbuf), 0, 1ull << 30, "0", NULL,
+    {"rsocket-rcvbuf", FS_OPT_SIZE, F(rcvbuf), 0, 1ull << 30, "0", NULL,
      "receive buffer bytes (SO_RCVBUF on the rsocket, both ends); 0 = librdmacm default", 0},
     {0},
 };
-#undef O
-#undef S
+#undef F
 
 struct rs {
     /* The rsockets, the waits (rpoll) and the data path; first: the shared hooks (FS_STREAM_BACKEND_OPS)

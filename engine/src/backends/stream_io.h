@@ -103,7 +103,7 @@ void fs_stream_teardown(void *be);
  * (send/receive; latency, bandwidth, bidirectional bandwidth) and the hooks above. */
 #define FS_STREAM_BACKEND_OPS                                                                      \
     .abi = FS_BACKEND_ABI, .ops = FS_BIT(FS_OP_SEND),                                              \
-    .patterns = FS_BIT(FS_PAT_LAT) | FS_BIT(FS_PAT_BW) | FS_BIT(FS_PAT_BIBW),                      \
+    .patterns = FS_PATTERNS_ALL,                                                                   \
     .local_address = fs_stream_local_address, .prepare = fs_stream_prepare,                        \
     .post = fs_stream_post, .progress = fs_stream_progress, .teardown = fs_stream_teardown
 

@@ -32,22 +32,20 @@ struct tcp_opts {
     long busy_poll_us;
 };
 
-#define O(f) offsetof(struct tcp_opts, f)
-#define S(f) sizeof(((struct tcp_opts *)0)->f)
+#define F(f) FS_FIELD(struct tcp_opts, f)
 static const struct fs_option tcp_options[] = {
-    {"tcp-nodelay", FS_OPT_BOOL, O(nodelay), S(nodelay), 0, 1, "true", NULL,
+    {"tcp-nodelay", FS_OPT_BOOL, F(nodelay), 0, 1, "true", NULL,
      "disable Nagle (TCP_NODELAY)", 0},
-    {"tcp-sndbuf", FS_OPT_SIZE, O(sndbuf), S(sndbuf), 0, 1ull << 31, "0", NULL,
+    {"tcp-sndbuf", FS_OPT_SIZE, F(sndbuf), 0, 1ull << 31, "0", NULL,
      "SO_SNDBUF bytes; 0 = kernel autotuning", FS_OPTF_LOCAL},
-    {"tcp-rcvbuf", FS_OPT_SIZE, O(rcvbuf), S(rcvbuf), 0, 1ull << 31, "0", NULL,
+    {"tcp-rcvbuf", FS_OPT_SIZE, F(rcvbuf), 0, 1ull << 31, "0", NULL,
      "SO_RCVBUF bytes; 0 = kernel autotuning", FS_OPTF_LOCAL},
-    {"tcp-busy-poll", FS_OPT_INT, O(busy_poll_us), S(busy_poll_us), 0, 1000000, "0", NULL,
+    {"tcp-busy-poll", FS_OPT_INT, F(busy_poll_us), 0, 1000000, "0", NULL,
      "SO_BUSY_POLL microseconds (kernel busy polling of the NIC queue; needs CAP_NET_ADMIN)",
      FS_OPTF_LOCAL},
     {0},
 };
-#undef O
-#undef S
+#undef F
 
 struct tcp {
     /* The sockets, the waits and the data path; first: the shared hooks (FS_STREAM_BACKEND_OPS)

@@ -32,23 +32,21 @@ struct ucx_opts {
 
 static const char *const ucx_mem_values[] = {"ucx", "user", NULL};
 
-#define O(f) offsetof(struct ucx_opts, f)
-#define S(f) sizeof(((struct ucx_opts *)0)->f)
+#define F(f) FS_FIELD(struct ucx_opts, f)
 static const struct fs_option ucx_options[] = {
-    {"ucx-tls", FS_OPT_STR, O(tls), S(tls), 0, 0, NULL, NULL,
+    {"ucx-tls", FS_OPT_STR, F(tls), 0, 0, NULL, NULL,
      "UCX transports (sets UCX_TLS), e.g. tcp | sm,self | posix,self; every name is checked "
      "against what UCX reports on this host; empty = UCX_TLS from the environment or UCX's "
      "default. --device NAME[,NAME] sets UCX_NET_DEVICES the same way",
      0},
-    {"ucx-mem", FS_OPT_ENUM, O(mem), S(mem), 0, 0, "ucx", ucx_mem_values,
+    {"ucx-mem", FS_OPT_ENUM, F(mem), 0, 0, "ucx", ucx_mem_values,
      "who allocates the buffers of put/get/atomics: ucx (ucp_mem_map allocates, so shared-memory "
      "transports map it and copy directly, as ucx_perftest does) or user (malloc'd and "
      "registered: what an application's own buffers get, often software-emulated over sm)",
      0},
     {0},
 };
-#undef O
-#undef S
+#undef F
 
 #define UCX_TAG 0x66736370ull /* "fscp": one tag, full mask, for every message of a run */
 #define UCX_AM_ID 7
@@ -810,18 +808,10 @@ const struct fs_backend_ops fs_backend_ucx = {
     .summary = "UCX (UCP): tag, active message, put, get, atomics; reports the selected lanes",
     .ops = FS_BIT(FS_OP_TAG) | FS_BIT(FS_OP_AM) | FS_BIT(FS_OP_WRITE) | FS_BIT(FS_OP_READ) |
            FS_BIT(FS_OP_FADD) | FS_BIT(FS_OP_CSWAP),
-    .patterns = FS_BIT(FS_PAT_LAT) | FS_BIT(FS_PAT_BW) | FS_BIT(FS_PAT_BIBW),
+    .patterns = FS_PATTERNS_ALL,
     .options = ucx_options,
     .options_size = sizeof(struct ucx_opts),
     .device_list = 1,
-    .check = ucx_check,
-    .setup = ucx_setup,
-    .local_address = ucx_local_address,
-    .connect = ucx_connect,
-    .prepare = ucx_prepare,
-    .post = ucx_post,
-    .progress = ucx_progress,
+    FS_BACKEND_HOOKS(ucx),
     .flush = ucx_flush,
-    .describe = ucx_describe,
-    .teardown = ucx_teardown,
 };

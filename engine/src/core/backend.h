@@ -92,6 +92,16 @@ struct fs_backend_ops {
     int (*settle)(void *be, struct fs_err *err);
 };
 
+/* The hooks every message backend writes, named PREFIX_hook: one list of them for every ops
+ * struct (a missing one is a compile error naming it). Optional hooks follow it by name. */
+#define FS_BACKEND_HOOKS(prefix)                                                                   \
+    .check = prefix##_check, .setup = prefix##_setup, .local_address = prefix##_local_address,     \
+    .connect = prefix##_connect, .prepare = prefix##_prepare, .post = prefix##_post,               \
+    .progress = prefix##_progress, .describe = prefix##_describe, .teardown = prefix##_teardown
+
+/* lat, bw and bibw: what a backend supports unless it says otherwise. */
+#define FS_PATTERNS_ALL (FS_BIT(FS_PAT_LAT) | FS_BIT(FS_PAT_BW) | FS_BIT(FS_PAT_BIBW))
+
 /* Checks abi, name and hooks; a backend that fails is refused at startup, loudly. */
 int fs_backend_check(const struct fs_backend_ops *ops, struct fs_err *err);
 const struct fs_backend_ops *const *fs_backends(size_t *n);

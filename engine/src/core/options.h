@@ -41,6 +41,10 @@ struct fs_option {
     unsigned flags;
 };
 
+/* A row's offset and size, from the options struct it fills: each table says
+ * `#define F(f) FS_FIELD(struct my_opts, f)` once and writes F(field) in its rows. */
+#define FS_FIELD(type, field) offsetof(type, field), sizeof(((type *)0)->field)
+
 #define FS_MAX_SIZES 64
 struct fs_size_list {
     size_t n;
