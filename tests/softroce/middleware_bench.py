@@ -7,8 +7,9 @@ boot whose server guest runs the testbed's default `fabscope serve`.
 Also called by middleware_cases.py (run_plan) when its boot carries a plan (the test's smallest mode).
 PLAN.json (written by the host script): {"repeats": R, "cases": [{"name", "peer_server" (shell
 command for the server guest, started over ssh, or null when the peer launches both halves itself,
-as mpirun does), "peer_client" (argv), "fabscope" (argv)}]}. Each repeat runs every case, the two
-tools one after the other, the first tool alternating between repeats. One JSON line per run in
+as mpirun does), "peer_client" (argv), "fabscope" (argv)}]}. Each case runs as a chain that starts
+and ends with the peer, P F P F ... P (R fabscope runs, R + 1 peer runs), so every fabscope run has
+the peer's run right before and right after it (the host's sandwiches). One JSON line per run in
 OUTDIR/bench.jsonl (argv, exit status, output); the host parses the figures after the guests
 powered off, so nothing here judges.
 """
@@ -40,20 +41,20 @@ def run_local(argv: list[str]) -> dict:
 def run_plan(plan: dict, out_dir: str) -> None:
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "bench.jsonl"), "a") as out:
-        for rep in range(int(plan["repeats"])):
-            for case in plan["cases"]:
-                order = ("peer", "fabscope") if rep % 2 == 0 else ("fabscope", "peer")
-                for tool in order:
-                    if tool == "fabscope":
-                        rec = run_local(case["fabscope"])
-                    elif case.get("peer_server"):
-                        rec = run_peer(case["peer_server"], case["peer_client"], TIMEOUT_S)
-                    else:
-                        rec = run_local(case["peer_client"])
-                    rec.update(section="bench", bench=case["name"], tool=tool, rep=rep)
-                    out.write(json.dumps(rec) + "\n")
-                    out.flush()
-                    print(f"[bench] {case['name']} {tool} rep {rep}: rc={rec['rc']} {rec['elapsed_s']} s", flush=True)
+        repeats = int(plan["repeats"])
+        for case in plan["cases"]:
+            chain = [(rep, tool) for rep in range(repeats) for tool in ("peer", "fabscope")]
+            for rep, tool in chain + [(repeats, "peer")]:
+                if tool == "fabscope":
+                    rec = run_local(case["fabscope"])
+                elif case.get("peer_server"):
+                    rec = run_peer(case["peer_server"], case["peer_client"], TIMEOUT_S)
+                else:
+                    rec = run_local(case["peer_client"])
+                rec.update(section="bench", bench=case["name"], tool=tool, rep=rep)
+                out.write(json.dumps(rec) + "\n")
+                out.flush()
+                print(f"[bench] {case['name']} {tool} rep {rep}: rc={rec['rc']} {rec['elapsed_s']} s", flush=True)
 
 
 def main() -> int:

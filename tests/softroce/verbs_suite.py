@@ -482,8 +482,10 @@ def fabscope_args(name: str, fargs: list[str], lat: bool, n: int, settings: dict
 
 def bench(out, repeats: int = 3, lat_n: int = 1000, bw_n: int = 2000, only: list[str] | None = None,
           remote: bool = False, more: bool = False) -> None:
-    """perftest and fabscope alternated, `repeats` times per case. remote: every server runs in
-    the server guest (bench-server section there), so each busy poller has a vCPU of its own."""
+    """perftest and fabscope alternated, `repeats` times per case, as a chain that starts and ends
+    with perftest (P F P F ... P): each fabscope run has a perftest run right before and right after
+    it (bench/softroce_vs_perftest.py's sandwiches). remote: every server runs in the server guest
+    (bench-server section there), so each busy poller has a vCPU of its own."""
     cases = ALL_BENCH if more else BENCH + BENCH_EVENT
     if remote:
         info = bench_ctl({"cmd": "info"})
@@ -495,24 +497,23 @@ def bench(out, repeats: int = 3, lat_n: int = 1000, bw_n: int = 2000, only: list
         pargs = [a.format(lat_n=lat_n, bw_n=bw_n, bw_small_n=bw_n * SMALL_BW_FACTOR) for a in pargs]
         n = int(pargs[pargs.index("-n") + 1])  # the same count for both tools
         settings: dict = {}
-        for rep in range(repeats):
-            # alternate who goes first, so drift in the guest does not favour either tool; the
-            # very first run is perftest's, whose printed settings fabscope then uses
-            order = ("perftest", "fabscope") if rep % 2 == 0 else ("fabscope", "perftest")
-            for who in order:
-                if who == "perftest":
-                    pres = perftest_run(tool, pargs, lat, remote=remote)
-                    if not settings and pres.get("rc") == 0:
-                        settings = pres
-                    out.write(json.dumps({"section": "bench", "bench": name, "tool": "perftest", "rep": rep,
-                                          "cmd": tool, "args": pargs, **pres}) + "\n")
-                    out.flush()
-                    log(f"bench/{name} perftest rep {rep}: "
-                        f"{pres.get('t_typical', pres.get('msg_rate_mpps'))} rc={pres['rc']}")
-                else:
-                    engine_case("bench-fabscope", f"{name}-{rep}", fabscope_args(name, fargs, lat, n, settings),
-                                out=out, tag={"section": "bench", "bench": name, "tool": "fabscope", "rep": rep},
-                                remote=remote)
+        # the very first run is perftest's, whose printed settings fabscope then uses; the last
+        # closes the last sandwich
+        chain = [(rep, who) for rep in range(repeats) for who in ("perftest", "fabscope")]
+        for rep, who in chain + [(repeats, "perftest")]:
+            if who == "perftest":
+                pres = perftest_run(tool, pargs, lat, remote=remote)
+                if not settings and pres.get("rc") == 0:
+                    settings = pres
+                out.write(json.dumps({"section": "bench", "bench": name, "tool": "perftest", "rep": rep,
+                                      "cmd": tool, "args": pargs, **pres}) + "\n")
+                out.flush()
+                log(f"bench/{name} perftest rep {rep}: "
+                    f"{pres.get('t_typical', pres.get('msg_rate_mpps'))} rc={pres['rc']}")
+            else:
+                engine_case("bench-fabscope", f"{name}-{rep}", fabscope_args(name, fargs, lat, n, settings),
+                            out=out, tag={"section": "bench", "bench": name, "tool": "fabscope", "rep": rep},
+                            remote=remote)
     if remote:
         bench_ctl({"cmd": "quit"})
 

@@ -1,0 +1,55 @@
+"""The Soft-RoCE benches' verdict rule (bench/softroce_vs_perftest.py `sandwiches`, also used by
+bench/softroce_vs_middleware_peers.py): each fabscope run against the mean of the peer's runs just
+before and just after it, a sandwich spanning a change of the guests' speed left out."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from softroce_vs_perftest import sandwiches, table
+
+
+def test_each_run_is_judged_against_its_neighbours() -> None:
+    # chain P0 F0 P1 F1 P2: F0 sits between 100 and 110, F1 between 110 and 108
+    used, left_out = sandwiches({0: 100.0, 1: 110.0, 2: 108.0}, {0: 105.0, 1: 109.0})
+    assert used == pytest.approx([1.0, 109.0 / 109.0])
+    assert left_out == []
+
+
+def test_a_sandwich_across_a_change_of_speed_is_left_out() -> None:
+    # the peer went from 280 to 380 us around F1: that repeat says nothing about the tools
+    used, left_out = sandwiches({0: 280.0, 1: 282.0, 2: 380.0}, {0: 290.0, 1: 300.0})
+    assert used == pytest.approx([290.0 / 281.0])
+    assert left_out == [1]
+
+
+def test_a_missing_figure_drops_only_its_sandwiches() -> None:
+    used, left_out = sandwiches({0: 100.0, 1: None, 2: 100.0, 3: 100.0}, {0: 101.0, 1: 102.0, 2: None})
+    assert used == [] and left_out == []
+    used, _ = sandwiches({0: 100.0, 1: 100.0, 2: 100.0}, {0: None, 1: 103.0})
+    assert used == pytest.approx([1.03])
+
+
+def _rec(tool: str, rep: int, value: float) -> dict[str, object]:
+    if tool == "perftest":
+        return {"section": "bench", "bench": "send_lat", "tool": "perftest", "rep": rep, "rc": 0, "t_typical": value}
+    return {"section": "bench", "bench": "send_lat", "tool": "fabscope", "rep": rep, "rc": 0,
+            "records": [{"schema": "fabscope.result/1", "latency_us": {"p50": value}}]}
+
+
+def test_the_verbs_table_judges_the_sandwiches_not_the_medians() -> None:
+    # P 200, F 206, P 200, F 300, P 290, F 299, P 290: the guests slowed down in the middle. Each
+    # stable sandwich is about 1.03; the unstable one (200 -> 290) is left out. The ratio of the
+    # medians (299 / 245) would call a 22 % gap that no pair of neighbouring runs shows.
+    recs = [_rec("perftest", 0, 200), _rec("fabscope", 0, 206), _rec("perftest", 1, 200), _rec("fabscope", 1, 300),
+            _rec("perftest", 2, 290), _rec("fabscope", 2, 299), _rec("perftest", 3, 290)]
+    (row,) = table(recs)
+    assert row["sandwich_ratio"] == pytest.approx(1.03, abs=0.001)
+    assert row["sandwich_left_out"] == [1]
+    assert row["met"] is True
+    assert row["ratio"] == pytest.approx(299 / 245)
+    assert row["runs"] == 3 and row["n_perftest"] == 4
