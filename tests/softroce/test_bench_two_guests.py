@@ -49,8 +49,13 @@ def test_two_guest_bench_measures_both_tools_and_writes_only_where_told(tmp_path
     for name, r in rows.items():
         # perftest under TCG sometimes refuses a run (its r^2 check); fabscope must always measure
         assert r["n_fabscope"] == 1, (name, r["fabscope_all"])
-        if r["n_perftest"] == 1:
+        # one repeat is the chain perftest, fabscope, perftest
+        assert r["runs"] == 1 and len(r["perftest_all"]) == 2, r
+        if r["n_perftest"]:
             assert r["ratio"] and r["ratio"] > 0, r
+        if r["n_perftest"] == 2:  # the sandwich was formed: judged, or left out as unstable
+            assert len(r["sandwich_ratios"]) + len(r["sandwich_left_out"]) == 1, r
+            assert (r["met"] is None) is (r["sandwich_ratio"] is None), r
     # The server guest measured what its half of each run cost it (bench-server's reply).
     for rec in meta["records"]:
         if rec.get("tool") and rec["rc"] == 0:

@@ -261,5 +261,7 @@ def test_bench_beside_the_peers_measures_both_tools(cases: dict[str, dict[str, A
     for name, r in rows.items():
         assert r["errors"] == [], (name, r["errors"])
         assert r["ratios"][0] and r["ratios"][0] > 0, r
+        # one repeat is the chain peer, fabscope, peer: one sandwich, judged or left out as unstable
+        assert len(r["peer_all"]) == 2 and len(r["sandwich_ratios"]) + len(r["sandwich_left_out"]) == 1, r
         assert "path verified" in (r["carried_by"] or ""), r
     assert "| ucx_tag_lat | ucx_perftest tag_lat | p50 us |" in b.render(list(rows.values()))
