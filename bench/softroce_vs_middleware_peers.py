@@ -64,7 +64,7 @@ from typing import Any
 
 # bench/ is sys.path[0] when this file runs as a script.
 from middleware_peers import OSU_BIN, build_osu, parse_fi_pingpong, parse_osu, parse_ucx_perftest
-from softroce_vs_perftest import GOAL_BW, GOAL_LAT, LoadSampler, host_state, sandwiches
+from softroce_vs_perftest import GOAL_BW, GOAL_LAT, LoadSampler, host_state, sandwich_cell, sandwiches
 from tcp_peers import REPO, BenchError, fabscope_values, parse_fabscope, tail
 
 GUEST_SCRIPT = "/fabscope/tests/softroce/middleware_bench.py"
@@ -286,9 +286,7 @@ def render(rows: list[dict[str, Any]], context: str = "") -> str:
         unit = {"lat_p50_us": "p50 us", "lat_mean_us": "mean us", "bw_MBps": "MB/s"}[r["metric"]]
         ratios = " / ".join("-" if x is None else f"{x:.3f}" for x in r["ratios"])
         met = "-" if r["met"] is None else ("yes" if r["met"] else "NO")
-        used = len(r["sandwich_ratios"])
-        sandwich = ("-" if r["sandwich"] is None else f"{r['sandwich']:.3f}") + \
-            f" ({used} of {used + len(r['sandwich_left_out'])})"
+        sandwich = sandwich_cell(r["sandwich"], r["sandwich_ratios"], r["sandwich_left_out"])
         lines.append(
             f"| {r['bench']} | {r['peer']} | {unit} | {' / '.join(fmt(x, lat) for x in r['peer_all'])} | "
             f"{' / '.join(fmt(x, lat) for x in r['fabscope_all'])} | {ratios} | "

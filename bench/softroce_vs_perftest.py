@@ -106,9 +106,14 @@ def sandwiches(peer: dict[int, float | None], fab: dict[int, float | None],
     return used, left_out
 
 
+def sandwich_cell(ratio: float | None, used: list[float], left_out: list[int]) -> str:
+    """A row's sandwich verdict as the tables show it: the median, and how many sandwiches it rests on."""
+    return ("-" if ratio is None else f"{ratio:.3f}") + f" ({len(used)} of {len(used) + len(left_out)})"
+
+
 def table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per benchmark: medians of each tool, their spread, the ratio of the medians and
-    the median of the per-repeat ratios (the two tools of one repeat ran seconds apart)."""
+    """One row per benchmark: the sandwiches (the verdict), medians of each tool, their spread, the
+    ratio of the medians and the median of fabscope / the perftest run just before it."""
     from_suite = [r for r in records if r.get("section") == "bench"]
     names: list[str] = []
     for r in from_suite:
@@ -212,9 +217,7 @@ def render(records: list[dict[str, Any]], context: str = "", two_guests: bool = 
 
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3f}"
         paired = "-" if r["paired_ratio"] is None else f"{r['paired_ratio']:.3f}"
-        used = len(r["sandwich_ratios"])
-        sandwich = ("-" if r["sandwich_ratio"] is None else f"{r['sandwich_ratio']:.3f}") + \
-            f" ({used} of {used + len(r['sandwich_left_out'])})"
+        sandwich = sandwich_cell(r["sandwich_ratio"], r["sandwich_ratios"], r["sandwich_left_out"])
         met = "-" if r["met"] is None else ("yes" if r["met"] else "NO")
         cmp = "<=" if r["lat"] else ">="
         pcmd = " ".join([r["perftest_cmd"] or r["bench"], *[a for a in r["perftest_args"] if a in ("-R", "-e")],

@@ -347,7 +347,7 @@ def test_bench_vs_perftest(guest: dict[str, Any], tmp_path: Path) -> None:
     before, after = guest["load"]
     md = b.render(recs, f"Host (2 CPUs, shared with other work): before the guest run: {before}; after it: "
                         f"{after}. Another guest running at the same time takes CPU from ours, which is why "
-                        "repeats alternate and medians are compared.")
+                        "each fabscope run is judged against the perftest runs just before and after it.")
     # Tests never write into the checkout: the committed bench/RESULTS-softroce.md is written only by
     # `bench/softroce_vs_perftest.py --out`, when asked.
     (tmp_path / "RESULTS-softroce.md").write_text(md)

@@ -482,7 +482,7 @@ def fabscope_args(name: str, fargs: list[str], lat: bool, n: int, settings: dict
 
 def bench(out, repeats: int = 3, lat_n: int = 1000, bw_n: int = 2000, only: list[str] | None = None,
           remote: bool = False, more: bool = False) -> None:
-    """perftest and fabscope alternated, `repeats` times per case, as a chain that starts and ends
+    """perftest and fabscope, `repeats` fabscope runs per case, as a chain that starts and ends
     with perftest (P F P F ... P): each fabscope run has a perftest run right before and right after
     it (bench/softroce_vs_perftest.py's sandwiches). remote: every server runs in the server guest
     (bench-server section there), so each busy poller has a vCPU of its own."""
