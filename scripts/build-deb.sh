@@ -18,6 +18,10 @@ for tool in dpkg-buildpackage dh dh_python3 lintian git; do
   fi
 done
 out=${FABSCOPE_DEB_DIR:-$PWD/build/deb}  # tests build elsewhere
+# lintian leaves its mldbm-* caches in $TMPDIR: give it a directory of its own, removed on exit.
+lintian_tmp=$(mktemp -d)
+trap 'rm -rf "$lintian_tmp"' EXIT
+run_lintian() { TMPDIR=$lintian_tmp lintian --fail-on error,warning "$1"; }
 src=$out/fabscope-$version
 tree_files() {
   git ls-files -z -co --exclude-standard | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done
@@ -40,7 +44,7 @@ prev=$(ls "$out"/fabscope_"${version}"_*.deb 2>/dev/null | head -1 || true)
 if [ -z "${FABSCOPE_DEB_REBUILD:-}" ] && [ -n "$prev" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$key" ]; then
   echo "build-deb: keeping $prev: built from the same tree and build dependencies (FABSCOPE_DEB_REBUILD=1 rebuilds)"
   echo "build-deb: lintian $prev"
-  lintian --fail-on error,warning "$prev"
+  run_lintian "$prev"
   echo "$prev"
   exit 0
 fi
@@ -66,6 +70,6 @@ if ! (cd "$src" && DEB_BUILD_OPTIONS="parallel=$(nproc) ${DEB_BUILD_OPTIONS:-}" 
 fi
 deb=$(ls "$out"/fabscope_"${version}"_*.deb)
 echo "build-deb: lintian $deb"
-lintian --fail-on error,warning "$deb"
+run_lintian "$deb"
 echo "$key" > "$stamp"
 echo "$deb"

@@ -3,6 +3,7 @@ and the path verdict on real traffic: verified, misrouted (naming the link that 
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import subprocess
@@ -28,6 +29,7 @@ def key_file() -> str:
     fd, path = tempfile.mkstemp(prefix="fabscope-netns-key-")
     os.write(fd, os.urandom(32))
     os.close(fd)
+    atexit.register(os.unlink, path)
     return path
 
 

@@ -15,6 +15,7 @@ backslashreplace (what Python gives a process's stderr).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import os
@@ -47,6 +48,7 @@ class Command:
 # Relative paths in random argv (e.g. `serve --log +7`, whose check opens the log) land here, not
 # in the checkout.
 WORKDIR = tempfile.mkdtemp(prefix="fabscope-argv-")
+atexit.register(shutil.rmtree, WORKDIR, ignore_errors=True)
 
 
 def _call(argv: list[str], execute: bool = False) -> tuple[int, str, str]:

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -81,8 +82,10 @@ exit 7
 @pytest.mark.softroce
 @pytest.mark.two_at_once  # times nothing but its own deadline
 @pytest.mark.xdist_group("build")
-def test_timeout_kills_the_guest(built: Path) -> None:
+def test_timeout_kills_the_guest(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     timeout = 18.0  # a single guest starts its command ~8 s after qemu does
+    # A failed run keeps its consoles for the user: here they go to the test's own directory.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     t0 = time.monotonic()
     with pytest.raises(softroce.SoftRoceTimeout) as info:
         softroce.run(["sh", "-c", "echo about-to-hang; sleep 100000"], timeout_s=timeout, stdout=io.StringIO())
@@ -94,6 +97,7 @@ def test_timeout_kills_the_guest(built: Path) -> None:
     assert "sleep 100000" in msg  # names the command
     assert "about-to-hang" in msg  # and shows the console's last lines
     assert info.value.exit_status == 124
+    assert f"consoles and qemu logs kept in {tmp_path}" in msg
 
 
 def _qemu_children() -> dict[str, set[str]]:
