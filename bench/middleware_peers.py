@@ -23,8 +23,10 @@ verdict is the median over repeats of fabscope / (mean of the two peer runs arou
 whose two peer runs differ by more than 15 % is left out of that median and counted as "unstable":
 on this VM the latency between the two vCPUs jumps between levels (0.075, 0.16-0.19 and 0.6-0.7 us
 for the same ucx_perftest tag_lat over sm, seconds apart: where the host places the vCPUs), which
-moves both tools alike but wrecks any comparison that straddles a jump. The ratio of the medians
-over all repeats is shown as well.
+moves both tools alike but wrecks any comparison that straddles a jump. The placement is measured,
+not guessed: a 50 ms probe of the CPU 0 - CPU 1 cache-line round trip (bench/placement.py) runs
+before every run and after the last, and a repeat whose probes disagree is left out as well, even
+when its two peer runs happen to agree. The ratio of the medians over all repeats is shown as well.
 
 Each pair is judged on a statistic both tools report: the p50 where the peer has one
 (ucx_perftest prints the median of its last 2048 iterations; osu_pingpong prints the median of
@@ -66,6 +68,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 # bench/ is sys.path[0] when this file runs as a script (and mypy resolves it the same way).
+from placement import same_placement
 from tcp_peers import (
     DMA_LATENCY,
     HOST,
@@ -74,6 +77,7 @@ from tcp_peers import (
     Figures,
     Measurement,
     SetupError,
+    check_placement_probe,
     client_argv,
     fabscope_values,
     fmt,
@@ -82,6 +86,7 @@ from tcp_peers import (
     machine_state,
     measure,
     parse_fabscope,
+    placement_probe,
     qos_value,
     run_client,
     server,
@@ -439,20 +444,38 @@ def series_of(results: dict[tuple[str, str, int], Measurement]) -> Series:
 STABLE = 0.15  # the two peer runs of a sandwich may differ by this much (relative) to count
 
 
-def compare(series: Series, case: Case, metric: str) -> dict[str, Any]:
+# (case name, repeat) -> the placement probes before the peer's run, fabscope's, the peer's second
+# run, and after it (bench/placement.py)
+Placements = dict[tuple[str, int], list[float | None]]
+
+
+def placements_of(results: dict[tuple[str, str, int], Measurement]) -> Placements:
+    out: Placements = {}
+    for (case, side, rep), m in results.items():
+        if side == "peer2":
+            out[(case, rep)] = [results[(case, s, rep)].placement_before for s in ("peer", "fabscope", "peer2")
+                                if (case, s, rep) in results] + [m.placement_after]
+    return out
+
+
+def compare(series: Series, case: Case, metric: str, placements: Placements) -> dict[str, Any]:
     fab = series.get((f"{case.name}/fabscope", metric), {})
     before = series.get((f"{case.name}/peer", metric), {})
     after = series.get((f"{case.name}/peer2", metric), {})
     peer_all = [*before.values(), *after.values()]
     mf = statistics.median(fab.values()) if fab else None
     mp = statistics.median(peer_all) if peer_all else None
-    paired, unstable = [], []
+    paired, unstable, moved = [], [], []
     for r, f in fab.items():
         a, b = before.get(r), after.get(r)
         if not a or not b:
             continue
         if abs(a - b) / min(a, b) > STABLE:
             unstable.append(r)
+            continue
+        if not same_placement(placements.get((case.name, r), [None])):
+            unstable.append(r)
+            moved.append(r)
             continue
         paired.append(f / ((a + b) / 2))
     return {
@@ -462,6 +485,7 @@ def compare(series: Series, case: Case, metric: str) -> dict[str, Any]:
         "paired_ratio": statistics.median(paired) if paired else None,
         "paired_repeats": len(paired),
         "unstable_repeats": unstable,
+        "placement_moved_repeats": moved,
     }
 
 
@@ -472,16 +496,18 @@ def verdict(case: Case, ratio: float | None) -> str:
     return "PASS" if ok else "MISS"
 
 
-def summarize(series: Series, cs: Sequence[Case]) -> dict[str, Any]:
+def summarize(series: Series, cs: Sequence[Case], placements: Placements) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for c in cs:
-        main = compare(series, c, c.metric)
+        main = compare(series, c, c.metric, placements)
         out[c.name] = {
             "metric": c.metric,
             "goal": f"<= {GOAL_LAT}" if c.kind == "lat" else f">= {GOAL_BW}",
             **main,
             "verdict": verdict(c, main["paired_ratio"]),
-            "info": {k: compare(series, c, k) for k in c.info},
+            "info": {k: compare(series, c, k, placements) for k in c.info},
+            "placement_probes_ns": {str(r): placements.get((c.name, r)) for r in sorted(
+                {r for (name, r) in placements if name == c.name})},
         }
     return out
 
@@ -541,6 +567,7 @@ def preflight(cfg: Config, groups: set[str]) -> None:
         )
     if (os.cpu_count() or 1) < 2:
         raise SetupError("needs 2 CPUs: servers are pinned to CPU 0 and clients to CPU 1")
+    check_placement_probe()
     if cfg.hold:
         try:
             with hold_cpu_latency(True) as ok:
@@ -588,21 +615,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = datetime.datetime.now(datetime.UTC)
     before, psi_before = machine_state(), pressure()
     results: dict[tuple[str, str, int], Measurement] = {}
+    last: Measurement | None = None
     t0 = time.monotonic()
     for rep in range(1, args.repeats + 1):
         for c in cs:
             # A sandwich: the peer before and after fabscope (see the module text).
             for side, fn in (("peer", c.run_peer), ("fabscope", c.run_fab), ("peer2", c.run_peer)):
+                placed = placement_probe()
+                if last is not None:
+                    last.placement_after = placed
                 m = fn(cfg, rep)
+                m.placement_before = placed
                 results[(c.name, side, rep)] = m
+                last = m
                 shown = ", ".join(f"{k}={v:.3f}" for k, v in m.values.items() if k in (c.metric, *c.info))
                 status = f"ERROR {m.error.splitlines()[0]}" if m.error else shown
                 print(f"[{rep}/{args.repeats}] {m.tool:<32} {status}", file=sys.stderr, flush=True)
+    if last is not None:
+        last.placement_after = placement_probe()
     elapsed = time.monotonic() - t0
     after, psi_after = machine_state(), pressure()
 
     series = series_of(results)
-    summary = summarize(series, cs)
+    summary = summarize(series, cs, placements_of(results))
     print(
         f"\nfabscope vs ucx_perftest / fi_pingpong / OSU-style MPI on {HOST}, {args.repeats} repeats, "
         f"{started:%Y-%m-%d %H:%M} UTC, {elapsed:.0f} s"
@@ -620,7 +655,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     for c in cs:
         s = summary[c.name]
-        unstable = f"; {len(s['unstable_repeats'])} unstable repeat(s) left out" if s["unstable_repeats"] else ""
+        moved = f" ({len(s['placement_moved_repeats'])} across a move of the CPUs)" if s["placement_moved_repeats"] else ""
+        unstable = f"; {len(s['unstable_repeats'])} unstable repeat(s) left out{moved}" if s["unstable_repeats"] else ""
         print(
             f"GOAL {c.name:<20} {s['verdict']:<4}  (ratio {fmt(s['paired_ratio'])} over "
             f"{s['paired_repeats']} repeat(s), goal {s['goal']}{unstable})"

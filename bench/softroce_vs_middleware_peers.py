@@ -64,7 +64,17 @@ from typing import Any
 
 # bench/ is sys.path[0] when this file runs as a script.
 from middleware_peers import OSU_BIN, build_osu, parse_fi_pingpong, parse_osu, parse_ucx_perftest
-from softroce_vs_perftest import GOAL_BW, GOAL_LAT, LoadSampler, host_state, sandwich_cell, sandwiches
+from softroce_vs_perftest import (
+    GOAL_BW,
+    GOAL_LAT,
+    LoadSampler,
+    host_state,
+    placement_agent,
+    placement_effect,
+    placements_of,
+    sandwich_cell,
+    sandwiches,
+)
 from tcp_peers import REPO, BenchError, fabscope_values, parse_fabscope, tail
 
 GUEST_SCRIPT = "/fabscope/tests/softroce/middleware_bench.py"
@@ -236,6 +246,7 @@ def table(records: list[dict[str, Any]], all_cases: list[Case]) -> list[dict[str
                      "fabscope_all": [by_rep[k].get("fabscope") for k in fab_reps],
                      "ratios": ratios, "worst": worst, "median": statistics.median(ok) if ok else None,
                      "sandwich": sandwich, "sandwich_ratios": used, "sandwich_left_out": left_out,
+                     "placement_probes_ns": placements_of(records, case.name),
                      "goal": goal, "met": met, "errors": errors, "notes": notes,
                      "peer_cmd": shlex.join(case.peer_client), "peer_server": case.peer_server,
                      "fabscope_cmd": shlex.join(case.fabscope),
@@ -314,11 +325,13 @@ def render(rows: list[dict[str, Any]], context: str = "") -> str:
 def context_text(meta: dict[str, Any]) -> str:
     load = meta["host"]["load"]
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(meta["host"]["after"]["t"]))
+    effect = placement_effect(meta.get("rows") or [], "peer_all", "fabscope_all")
     return (f"Run of {when}: {meta['repeats']} repeats, {meta['lat_iters']} messages per latency run, "
             f"{meta['bw_iters']} of 64 KiB per bandwidth run; the guest run took {meta['guest_run_s']:.0f} s "
             f"(exit status {meta['exit_status']}). Host: {meta['host']['cpus']} CPUs shared with other work, load "
             f"average (1 min) min {load['load1_min']:.1f} / median {load['load1_median']:.1f} / max "
-            f"{load['load1_max']:.1f}, up to {load['qemu_processes_max']:.0f} qemu processes (ours included).")
+            f"{load['load1_max']:.1f}, up to {load['qemu_processes_max']:.0f} qemu processes (ours included)."
+            + (f" {effect}" if effect else ""))
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
@@ -363,15 +376,16 @@ def main() -> int:
             plan = out / "plan.json"
             plan.write_text(json.dumps({"repeats": args.repeats, "cases": [c.plan() for c in chosen]}))
             before, t0 = host_state(), time.monotonic()
-            with LoadSampler() as sampler:
+            with LoadSampler() as sampler, placement_agent(out / "client", True, softroce.guest_host_cpus) as agent:
                 rc = softroce.run(["python3", GUEST_SCRIPT, "/fabscope-ctl/plan.json", "/out/res"], two_guests=True,
                                   pin_cpus=True, out_dir=out, timeout_s=args.timeout, stdout=sys.stderr,
                                   stderr=sys.stderr, extra_files={"plan.json": plan})
+            probes = agent.answered if agent else 0
             took = time.monotonic() - t0
             recs = load_records(out / "client" / "res" / "bench.jsonl")
         rows = table(recs, chosen)
         meta = {"repeats": args.repeats, "lat_iters": args.lat_iters, "bw_iters": args.bw_iters, "exit_status": rc,
-                "guest_run_s": round(took, 1),
+                "guest_run_s": round(took, 1), "placement_probes_answered": probes,
                 "host": {"cpus": os.cpu_count(), "before": before, "after": host_state(), "load": sampler.summary()},
                 "goals": {"latency_ratio_max": GOAL_LAT, "bw_ratio_min": GOAL_BW}, "rows": rows, "records": recs}
         md = render(rows, context_text(meta))

@@ -29,6 +29,7 @@ tests/softroce/test_verbs.py calls render() on the results of its own guest boot
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -37,8 +38,12 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+# bench/ is sys.path[0] when this file runs as a script (and mypy resolves it the same way).
+from placement import GuestAgent
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -92,7 +97,9 @@ def sandwiches(peer: dict[int, float | None], fab: dict[int, float | None],
     i + 1 (just after it), as bench/tcp_peers.py does on the host. A TCG guest's speed moves between
     levels (seen: every figure of both tools 25 % lower for a minute) and drifts; a sandwich whose two
     peer runs differ by more than `stable` (relative to the smaller) spans such a change and is left
-    out. Returns the ratios fabscope / peer of the sandwiches used and the repeats left out."""
+    out. Returns the ratios fabscope / peer of the sandwiches used and the repeats left out.
+    (Unlike the host benches, no sandwich is left out for a move of the host CPUs' placement: the
+    guests' speed does not follow it, see placement_effect.)"""
     used: list[float] = []
     left_out: list[int] = []
     for i in sorted(fab):
@@ -106,9 +113,57 @@ def sandwiches(peer: dict[int, float | None], fab: dict[int, float | None],
     return used, left_out
 
 
+def placements_of(records: list[dict[str, Any]], bench: str) -> dict[int, float | None] | None:
+    """The placement probes of one case's chain by position (None where the probe failed), or None
+    when the guest wrote none (no host agent answered)."""
+    mine = [r for r in records if r.get("section") == "placement" and r.get("bench") == bench]
+    if not mine:
+        return None
+    return {int(r["seq"]): float(r["rtt_ns"]) if isinstance(r.get("rtt_ns"), (int, float)) else None for r in mine}
+
+
 def sandwich_cell(ratio: float | None, used: list[float], left_out: list[int]) -> str:
     """A row's sandwich verdict as the tables show it: the median, and how many sandwiches it rests on."""
     return ("-" if ratio is None else f"{ratio:.3f}") + f" ({len(used)} of {len(used) + len(left_out)})"
+
+
+NEAR_NS = 250.0  # a probe below this: the two host CPUs share a cache (~50-100 ns); above: ~500 ns
+
+
+def placement_effect(rows: list[dict[str, Any]], peer_key: str, fab_key: str) -> str:
+    """Whether the guests' speed followed the host CPUs' placement (bench/placement.py): each run's
+    speed relative to its row's median, for the runs whose probes before and after agree, by
+    placement. Under TCG the cross-CPU part of a round trip (a few packets through a socket pair
+    between the two qemus) is ~1 us of ~250, so the verdict does not filter on it; this says
+    whether a run confirms that."""
+    by: dict[tuple[str, bool], list[float]] = {}
+    seen = 0
+    for row in rows:
+        probes = {int(k): v for k, v in (row.get("placement_probes_ns") or {}).items()}
+        lat = row.get("lat", row.get("kind") == "lat")
+        vals = [v for v in [*row[peer_key], *row[fab_key]] if v]
+        if not probes or not vals:
+            continue
+        med = statistics.median(vals)
+        for tool, key, first in (("peer", peer_key, 0), ("fabscope", fab_key, 1)):
+            for i, v in enumerate(row[key]):
+                a, b = probes.get(2 * i + first), probes.get(2 * i + first + 1)
+                seen += 1
+                if not v or a is None or b is None or (a < NEAR_NS) != (b < NEAR_NS):
+                    continue
+                by.setdefault((tool, a < NEAR_NS), []).append(med / v if lat else v / med)
+    if not seen:
+        return ""
+
+    def cell(tool: str, near: bool) -> str:
+        xs = by.get((tool, near), [])
+        return f"{statistics.median(xs):.3f} ({len(xs)} runs)" if xs else "- (0 runs)"
+
+    return (f"Host CPU placement (bench/placement.py), probed before each of {seen} runs and after the last: "
+            f"speed relative to the row's median, peer {cell('peer', True)} with the CPUs sharing a cache "
+            f"against {cell('peer', False)} apart, fabscope {cell('fabscope', True)} against "
+            f"{cell('fabscope', False)}. Not used in the verdict: under TCG the guests' speed does not "
+            f"follow the placement as loopback TCP on the host does.")
 
 
 def table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -150,6 +205,7 @@ def table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append({"bench": name, "lat": lat, "perftest": pm, "fabscope": fm, "ratio": ratio, "goal": goal,
                      "met": met, "paired_ratio": statistics.median(paired) if paired else None,
                      "sandwich_ratio": sandwich, "sandwich_ratios": used, "sandwich_left_out": left_out,
+                     "placement_probes_ns": placements_of(records, name),
                      "n_perftest": len(perf_ok), "n_fabscope": len(fab_ok), "runs": len(fab),
                      "perftest_cmd": cmd, "perftest_args": pargs, "fabscope_args": fargs,
                      "perftest_all": perf, "fabscope_all": fab,
@@ -299,7 +355,19 @@ def context_text(meta: dict[str, Any]) -> str:
         srv, cli = info.get("server", {}), info.get("client", {})
         ctx += (f" Guests: server {srv.get('nproc')} vCPU, clocksource {srv.get('clocksource')}; client "
                 f"{cli.get('nproc')} vCPU, clocksource {cli.get('clocksource')}, kernel {cli.get('kernel')}.")
-    return ctx
+    effect = placement_effect(meta.get("rows") or [], "perftest_all", "fabscope_all")
+    return f"{ctx} {effect}" if effect else ctx
+
+
+@contextlib.contextmanager
+def placement_agent(share: Path, pinned: bool, cpus: Callable[[], tuple[int, int]]) -> Iterator[GuestAgent | None]:
+    """Answers the client guest's placement probes (bench/placement.py) while the guests run: only
+    when they are pinned, since then the probe's two CPUs are the guests' own."""
+    if not pinned:
+        yield None
+        return
+    with GuestAgent(share, cpus()) as agent:
+        yield agent
 
 
 def main() -> int:
@@ -361,15 +429,18 @@ def main() -> int:
         out = Path(tmp)
         before = host_state()
         t0 = time.monotonic()
+        probes = 0
         with LoadSampler() as sampler:
             if two:
                 for side in ("server", "client"):
                     test_verbs.guest_engine(out / side / "bin", args.engine)
-                rc = softroce.run([*env, "python3", suite, "/out/res", "bench"], two_guests=True,
-                                  server_cmd=["env", "FS_ENGINE=/out/bin/fabscope-engine", "python3", suite,
-                                              "/out/res", "bench-server"],
-                                  out_dir=out, timeout_s=args.timeout, stdout=sys.stderr, stderr=sys.stderr,
-                                  pin_cpus=pin)
+                with placement_agent(out / "client", pin, softroce.guest_host_cpus) as agent:
+                    rc = softroce.run([*env, "python3", suite, "/out/res", "bench"], two_guests=True,
+                                      server_cmd=["env", "FS_ENGINE=/out/bin/fabscope-engine", "python3", suite,
+                                                  "/out/res", "bench-server"],
+                                      out_dir=out, timeout_s=args.timeout, stdout=sys.stderr, stderr=sys.stderr,
+                                      pin_cpus=pin)
+                probes = agent.answered if agent else 0
                 res = out / "client" / "res" / "bench.jsonl"
             else:
                 test_verbs.guest_engine(out / "bin", args.engine)
@@ -384,10 +455,11 @@ def main() -> int:
         "mode": "two-guests" if two else "single-guest", "pinned_cpus": pin, "repeats": args.repeats,
         "lat_iters": args.lat_iters,
         "bw_iters": bw_n, "bw_small_factor": verbs_suite.SMALL_BW_FACTOR, "suite_exit_status": rc, "guest_run_s": round(took, 1),
+        "placement_probes_answered": probes,
         "host": {"cpus": os.cpu_count(), "before": before, "after": after, "load": sampler.summary(),
                  "load_samples": sampler.samples},
         "guests": info, "goals": {"latency_ratio_max": GOAL_LAT, "rate_ratio_min": GOAL_BW},
-        "records": [r for r in recs if r.get("section") == "bench"],
+        "records": [r for r in recs if r.get("section") in ("bench", "placement")],
     }
     rows = table(recs)
     meta["ratios"] = {r["bench"]: r["sandwich_ratio"] for r in rows}

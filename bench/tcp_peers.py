@@ -7,11 +7,15 @@ Each repeat runs its pairs as sandwiches, the peer before and after fabscope, ba
 sockperf, qperf tcp_lat, fabscope lat, qperf tcp_lat, sockperf; then qperf tcp_bw, fabscope bw,
 qperf tcp_bw; then the informational runs (fabscope lat --poll block, iperf3). A goal's verdict
 is the median over repeats of fabscope / (mean of the peer's two runs around it). A repeat whose
-two peer runs differ by more than 15 % is left out of that median and counted as unstable: on
-this VM every tool jumps, from one run to the next, between two levels of loopback latency (about
-3.9 and 5.6 us) and of bandwidth (about 2 and 5 GB/s), so a median over repeats (shown as well,
-for information) compares levels, not tools, and only a comparison within one level says which
-tool is faster.
+two peer runs differ by more than 15 %, or around which the CPUs' placement changed, is left out
+of that median and counted as unstable: on this VM every tool jumps, from one run to the next,
+between levels of loopback latency (about 3.9 and 5.6 us) and of bandwidth (about 2 and 5 GB/s),
+so a median over repeats (shown as well, for information) compares levels, not tools, and only a
+comparison within one level says which tool is faster. The levels are the hypervisor's placement
+of the two vCPUs (bench/placement.py): a cache line crosses between CPU 0 and CPU 1 in about 45,
+100 or 500 ns depending on the moment, while one CPU's own speed stays within 1 %. A probe of that
+round trip (50 ms) runs before every measurement and after the last; a sandwich counts only when
+every probe around it saw one placement.
 
 Same conditions for everybody:
 - servers on CPU 0 and clients on CPU 1 (`taskset`), as `fabscope run --loopback` pins its two
@@ -60,6 +64,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from placement import SAME_PLACEMENT, ProbeError, probe, same_placement  # noqa: E402
+
 HOST = "127.0.0.1"
 SERVER_CPU = 0  # fabscope --loopback puts the server engine here ...
 CLIENT_CPU = 1  # ... and the initiator here
@@ -102,6 +109,10 @@ class Measurement:
     details: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     slot: str = ""  # a peer's run in a sandwich: "before" or "after" fabscope; "" otherwise
+    # The CPU-to-CPU round trip (bench/placement.py) just before and just after this run, in ns:
+    # None when the probe failed.
+    placement_before: float | None = None
+    placement_after: float | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -515,6 +526,8 @@ def run_iperf3(cfg: Config, repeat: int) -> Measurement:
 Series = dict[tuple[str, str], dict[int, float]]  # (tool, metric) -> {repeat: value}
 # (peer tool, metric) -> {repeat: (run before fabscope, run after)}
 Sandwiches = dict[tuple[str, str], dict[int, tuple[float, float]]]
+# (peer tool, metric) -> {repeat: the placement probes from before its first run to after its last}
+Placements = dict[tuple[str, str], dict[int, list[float | None]]]
 STABLE = 0.15  # the two peer runs of a sandwich may differ by this much (relative) to count
 KEYS = {  # tool name of a Measurement -> (series key, metric)
     "fabscope lat": [(FAB_LAT, "lat_p50_us"), (FAB_LAT_MEAN, "lat_mean_us")],
@@ -527,28 +540,33 @@ KEYS = {  # tool name of a Measurement -> (series key, metric)
 }
 
 
-def collect(ms: list[Measurement]) -> tuple[Series, Sandwiches]:
-    """Each tool's figure per repeat (a sandwiched peer: the mean of its two runs), and each
-    sandwiched peer's two runs."""
+def collect(ms: list[Measurement]) -> tuple[Series, Sandwiches, Placements]:
+    """Each tool's figure per repeat (a sandwiched peer: the mean of its two runs), each
+    sandwiched peer's two runs, and the placement probes around each sandwich (before every run
+    from the peer's first to its second, and after that one)."""
     series: Series = {}
-    halves: dict[tuple[str, str], dict[int, dict[str, float]]] = {}
-    for m in ms:
+    halves: dict[tuple[str, str], dict[int, dict[str, tuple[float, int]]]] = {}
+    for at, m in enumerate(ms):
         if m.error is not None:
             continue
         for key, metric in KEYS.get(m.tool, []):
             if metric not in m.values:
                 continue
             if m.slot:
-                halves.setdefault(key, {}).setdefault(m.repeat, {})[m.slot] = m.values[metric]
+                halves.setdefault(key, {}).setdefault(m.repeat, {})[m.slot] = (m.values[metric], at)
             else:
                 series.setdefault(key, {})[m.repeat] = m.values[metric]
     sandwiches: Sandwiches = {}
+    placements: Placements = {}
     for key, reps in halves.items():
         for rep, got in reps.items():
-            series.setdefault(key, {})[rep] = statistics.mean(got.values())
+            series.setdefault(key, {})[rep] = statistics.mean(v for v, _ in got.values())
             if "before" in got and "after" in got:
-                sandwiches.setdefault(key, {})[rep] = (got["before"], got["after"])
-    return series, sandwiches
+                (before, first), (after, last) = got["before"], got["after"]
+                sandwiches.setdefault(key, {})[rep] = (before, after)
+                probes = [ms[i].placement_before for i in range(first, last + 1)] + [ms[last].placement_after]
+                placements.setdefault(key, {})[rep] = probes
+    return series, sandwiches, placements
 
 
 def stable(pair: tuple[float, float]) -> bool:
@@ -556,15 +574,22 @@ def stable(pair: tuple[float, float]) -> bool:
     return min(a, b) > 0 and abs(a - b) / min(a, b) <= STABLE
 
 
-def _paired(series: Series, sandwiches: Sandwiches, a: tuple[str, str],
+def usable(sandwiches: Sandwiches, placements: Placements, key: tuple[str, str], rep: int) -> bool:
+    """A sandwich counts when the peer's two runs agree (`stable`) and every probe around it saw
+    one placement of the CPUs (bench/placement.py): otherwise the machine changed under it."""
+    pair = sandwiches.get(key, {}).get(rep)
+    return pair is not None and stable(pair) and same_placement(placements.get(key, {}).get(rep, [None]))
+
+
+def _paired(series: Series, sandwiches: Sandwiches, placements: Placements, a: tuple[str, str],
             peers: Sequence[tuple[str, str]]) -> tuple[float | None, int, list[int]]:
     """Median over repeats of a / (the best peer's sandwich in the SAME repeat: the mean of its run
-    before and after a), with the repeats used and those left out (no peer's sandwich stable).
+    before and after a), with the repeats used and those left out (no peer's sandwich usable).
     "Best" = lowest for latency, highest for bandwidth."""
     lat = a[1].startswith("lat")
     ratios, unstable = [], []
     for rep, va in sorted(series.get(a, {}).items()):
-        refs = [sum(pair) / 2 for p in peers if (pair := sandwiches.get(p, {}).get(rep)) and stable(pair)]
+        refs = [sum(sandwiches[p][rep]) / 2 for p in peers if usable(sandwiches, placements, p, rep)]
         if not refs:
             unstable.append(rep)
             continue
@@ -573,20 +598,21 @@ def _paired(series: Series, sandwiches: Sandwiches, a: tuple[str, str],
     return (statistics.median(ratios) if ratios else None), len(ratios), unstable
 
 
-def summarize(series: Series, sandwiches: Sandwiches) -> dict[str, Any]:
+def summarize(series: Series, sandwiches: Sandwiches, placements: Placements) -> dict[str, Any]:
     med = {k: statistics.median(v.values()) for k, v in series.items() if v}
 
     def ratio(a: tuple[str, str], b: tuple[str, str]) -> float | None:
         return med[a] / med[b] if a in med and b in med and med[b] > 0 else None
 
     def paired(a: tuple[str, str], peers: Sequence[tuple[str, str]]) -> float | None:
-        return _paired(series, sandwiches, a, peers)[0]
+        return _paired(series, sandwiches, placements, a, peers)[0]
 
-    lat_ratio, lat_used, lat_unstable = _paired(series, sandwiches, FAB_LAT, [SOCKPERF_LAT, QPERF_LAT])
-    bw_ratio, bw_used, bw_unstable = _paired(series, sandwiches, FAB_BW, [QPERF_BW])
+    lat_ratio, lat_used, lat_unstable = _paired(series, sandwiches, placements, FAB_LAT, [SOCKPERF_LAT, QPERF_LAT])
+    bw_ratio, bw_used, bw_unstable = _paired(series, sandwiches, placements, FAB_BW, [QPERF_BW])
     return {
         "medians": {f"{t} {m}": v for (t, m), v in med.items()},
         "sandwiches": {f"{t} {m}": {str(r): list(p) for r, p in reps.items()} for (t, m), reps in sandwiches.items()},
+        "placement_probes_ns": {f"{t} {m}": {str(r): p for r, p in reps.items()} for (t, m), reps in placements.items()},
         "ratios": {
             "lat fabscope/sockperf": ratio(FAB_LAT, SOCKPERF_LAT),
             "lat fabscope/qperf": ratio(FAB_LAT, QPERF_LAT),
@@ -626,7 +652,8 @@ def fmt(v: float | None, digits: int = 2) -> str:
     return "n/a" if v is None else f"{v:.{digits}f}"
 
 
-def render(series: Series, sandwiches: Sandwiches, summary: dict[str, Any], repeats: int, out: TextIO) -> None:
+def render(series: Series, sandwiches: Sandwiches, placements: Placements, summary: dict[str, Any], repeats: int,
+           out: TextIO) -> None:
     """Markdown tables: readable in a terminal, pasteable into RESULTS.md."""
     rows = [
         ("8 B latency p50, busy poll (us)", FAB_LAT),
@@ -641,8 +668,9 @@ def render(series: Series, sandwiches: Sandwiches, summary: dict[str, Any], repe
 
     def cell(key: tuple[str, str], rep: int) -> str:
         pair = sandwiches.get(key, {}).get(rep)
-        if pair:  # a peer's run before and after fabscope; * = more than STABLE apart
-            return f"{fmt(pair[0], 1)}/{fmt(pair[1], 1)}{'' if stable(pair) else '*'}"
+        if pair:  # a peer's run before and after fabscope; * = more than STABLE apart, ^ = placement moved
+            mark = "*" if not stable(pair) else "" if usable(sandwiches, placements, key, rep) else "^"
+            return f"{fmt(pair[0], 1)}/{fmt(pair[1], 1)}{mark}"
         return fmt(series.get(key, {}).get(rep), 1)
 
     out.write("| tool | measure | per repeat (a peer: before/after fabscope) | median |\n|---|---|---|---|\n")
@@ -651,7 +679,8 @@ def render(series: Series, sandwiches: Sandwiches, summary: dict[str, Any], repe
         per = " · ".join(cell(key, r) for r in range(1, repeats + 1))
         med = fmt(statistics.median(vals.values()), 2) if vals else "n/a"
         out.write(f"| {key[0]} | {label} | {per} | {med} |\n")
-    out.write(f"\n\\* the peer's two runs differ by more than {STABLE:.0%}: that repeat is left out of the ratio\n")
+    out.write(f"\n\\* the peer's two runs differ by more than {STABLE:.0%}; ^ the CPUs' placement changed during the "
+              f"sandwich (probes more than {SAME_PLACEMENT}x apart): that repeat is left out of the ratio\n")
     r, p, g = summary["ratios"], summary["paired_ratios"], summary["goals"]
     out.write("\n| ratio | median of sandwich ratios (repeats used) | of medians (info) | goal | verdict |\n"
               "|---|---|---|---|---|\n")
@@ -688,6 +717,7 @@ def preflight(cfg: Config) -> None:
         )
     if (os.cpu_count() or 1) < 2:
         raise SetupError("needs 2 CPUs: servers are pinned to CPU 0 and clients to CPU 1")
+    check_placement_probe()
     if cfg.hold:
         try:
             with hold_cpu_latency(True) as ok:
@@ -699,6 +729,24 @@ def preflight(cfg: Config) -> None:
                 "--no-hold-cpu-latency to compare every tool WITHOUT it (the results then depend "
                 "on the idle driver; see RESULTS.md)"
             ) from None
+
+
+def check_placement_probe() -> None:
+    """Before any measurement: the probe builds and runs on the two CPUs the benches use."""
+    try:
+        probe(SERVER_CPU, CLIENT_CPU, 5)
+    except (ProbeError, OSError, subprocess.TimeoutExpired) as e:
+        raise SetupError(f"the placement probe (bench/core_to_core.c, needs cc) does not run: {e}") from None
+
+
+def placement_probe() -> float | None:
+    """The CPU-to-CPU round trip between the servers' and the clients' CPUs now (None: the probe
+    failed, and the sandwiches around it are left out)."""
+    try:
+        return probe(SERVER_CPU, CLIENT_CPU)
+    except ProbeError as e:
+        print(f"tcp_peers: placement probe: {e}", file=sys.stderr)
+        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -756,18 +804,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     steps.append(("", lambda rep: run_iperf3(cfg, rep)))
     for rep in range(1, args.repeats + 1):
         for slot, step in steps:
+            placed = placement_probe()
+            if ms:
+                ms[-1].placement_after = placed
             m = step(rep)
             m.slot = slot
+            m.placement_before = placed
             ms.append(m)
             shown = ", ".join(f"{k}={v:.2f}" for k, v in m.values.items())
             status = f"ERROR {m.error.splitlines()[0] if m.error else ''}" if m.error else shown
             label = f"{m.tool} ({slot})" if slot else m.tool
             print(f"[{rep}/{args.repeats}] {label:<24} {status}", file=sys.stderr, flush=True)
+    if ms:
+        ms[-1].placement_after = placement_probe()
     elapsed = time.monotonic() - t0
     after = machine_state()
 
-    series, sandwiches = collect(ms)
-    summary = summarize(series, sandwiches)
+    series, sandwiches, placements = collect(ms)
+    summary = summarize(series, sandwiches, placements)
     print(
         f"\nfabscope vs TCP peers on {HOST}, {args.repeats} repeats x {args.duration:g} s, "
         f"{started:%Y-%m-%d %H:%M} UTC, {elapsed:.0f} s"
@@ -777,7 +831,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{'yes' if cfg.hold else 'NO'}; CPU {before['cpu_model']} x{before['cpus']}; kernel {before['kernel']}"
     )
     print(f"load average before: {before['loadavg']}; after: {after['loadavg']}\n")
-    render(series, sandwiches, summary, args.repeats, sys.stdout)
+    render(series, sandwiches, placements, summary, args.repeats, sys.stdout)
     g = summary["goals"]
     for name, goal in (("latency p50 <= best peer", g["lat"]), ("1 MiB bandwidth >= qperf tcp_bw", g["bw"])):
         left = goal["unstable_repeats"]

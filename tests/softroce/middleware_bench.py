@@ -22,6 +22,7 @@ import sys
 import time
 
 from middleware_cases import run_peer  # same directory
+from placement_client import write_placement
 
 TIMEOUT_S = 180  # one tool's run; under TCG the slowest (mpirun + 64 KiB bw) takes ~40 s
 
@@ -44,7 +45,9 @@ def run_plan(plan: dict, out_dir: str) -> None:
         repeats = int(plan["repeats"])
         for case in plan["cases"]:
             chain = [(rep, tool) for rep in range(repeats) for tool in ("peer", "fabscope")]
-            for rep, tool in chain + [(repeats, "peer")]:
+            chain.append((repeats, "peer"))
+            for seq, (rep, tool) in enumerate(chain):
+                write_placement(out, case["name"], seq)
                 if tool == "fabscope":
                     rec = run_local(case["fabscope"])
                 elif case.get("peer_server"):
@@ -55,6 +58,7 @@ def run_plan(plan: dict, out_dir: str) -> None:
                 out.write(json.dumps(rec) + "\n")
                 out.flush()
                 print(f"[bench] {case['name']} {tool} rep {rep}: rc={rec['rc']} {rec['elapsed_s']} s", flush=True)
+            write_placement(out, case["name"], len(chain))
 
 
 def main() -> int:

@@ -52,7 +52,8 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
         rc = softroce.run(client, two_guests=True, server_cmd=server,
                           pin_cpus=True, timeout_s=1500, out_dir=out, stdout=console, stderr=console,
                           extra_files={"middleware_cases.py": HERE / "middleware_cases.py",
-                                       "middleware_bench.py": HERE / "middleware_bench.py", "bench_plan.json": plan,
+                                       "middleware_bench.py": HERE / "middleware_bench.py",
+                                       "placement_client.py": HERE / "placement_client.py", "bench_plan.json": plan,
                                        "token": token})
     log = (out / "console.log").read_text()
     lines = (out / "client" / "cases" / "cases.jsonl").read_text().splitlines() \

@@ -27,6 +27,8 @@ import subprocess
 import sys
 import time
 
+from placement_client import write_placement  # same directory
+
 ENGINE = os.environ.get("FS_ENGINE", "fabscope-engine")
 TIMEOUT = "30"  # engine --timeout: TCG is slow, a slow peer is not a dead one
 DEV = os.environ.get("FS_RDMA_DEV", "rxe0")
@@ -500,7 +502,9 @@ def bench(out, repeats: int = 3, lat_n: int = 1000, bw_n: int = 2000, only: list
         # the very first run is perftest's, whose printed settings fabscope then uses; the last
         # closes the last sandwich
         chain = [(rep, who) for rep in range(repeats) for who in ("perftest", "fabscope")]
-        for rep, who in chain + [(repeats, "perftest")]:
+        chain.append((repeats, "perftest"))
+        for seq, (rep, who) in enumerate(chain):
+            write_placement(out, name, seq)
             if who == "perftest":
                 pres = perftest_run(tool, pargs, lat, remote=remote)
                 if not settings and pres.get("rc") == 0:
@@ -514,6 +518,7 @@ def bench(out, repeats: int = 3, lat_n: int = 1000, bw_n: int = 2000, only: list
                 engine_case("bench-fabscope", f"{name}-{rep}", fabscope_args(name, fargs, lat, n, settings),
                             out=out, tag={"section": "bench", "bench": name, "tool": "fabscope", "rep": rep},
                             remote=remote)
+        write_placement(out, name, len(chain))
     if remote:
         bench_ctl({"cmd": "quit"})
 

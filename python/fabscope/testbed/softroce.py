@@ -48,6 +48,7 @@ from .softroce_base import SoftRoceTimeout as SoftRoceTimeout
 from .softroce_base import debian_mirror as debian_mirror
 from .softroce_base import default_cache_dir as default_cache_dir
 from .softroce_base import recipe_key as recipe_key
+from .softroce_guests import guest_host_cpus as guest_host_cpus
 from .softroce_guests import run as run
 from .softroce_image import build as build
 from .softroce_image import image as image

@@ -349,15 +349,22 @@ def layout_refusal(*, two_guests: bool, numa: bool, vcpus: int, pin_cpus: bool) 
     return None
 
 
-def _host_cpus_for_guests() -> tuple[str, int, int]:
-    """(taskset, server CPU, client CPU) for ``pin_cpus``: the first two CPUs this process may
-    run on. taskset execs qemu with the mask set, so every thread qemu starts inherits it."""
+def guest_host_cpus() -> tuple[int, int]:
+    """(server CPU, client CPU) that ``pin_cpus`` puts the two guests on: the first two CPUs this
+    process may run on."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         raise SoftRoceError(f"pin_cpus needs two host CPUs this process may use, and it may use only "
                             f"CPU {cpus[0]}: run without --pin-cpus, or widen the affinity (taskset -c 0,1 ...)")
+    return cpus[0], cpus[1]
+
+
+def _host_cpus_for_guests() -> tuple[str, int, int]:
+    """(taskset, server CPU, client CPU) for ``pin_cpus``. taskset execs qemu with the mask set,
+    so every thread qemu starts inherits it."""
+    server, client = guest_host_cpus()
     taskset = need_tool("taskset", "pin each guest to a host CPU of its own (package util-linux)")
-    return taskset, cpus[0], cpus[1]
+    return taskset, server, client
 
 
 def _start(guest: _Guest, argv: list[str], pass_fds: Sequence[int] = ()) -> None:
