@@ -142,3 +142,41 @@ def test_interval_usage_errors(args: list[str], text: str) -> None:
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2, out.stderr
     assert text in out.stderr
+
+
+def test_a_receiver_asleep_in_recv_gives_up_on_a_stopped_sender_within_its_timeout() -> None:
+    """--poll block: the receiver of a TCP stream sleeps in recv() between arrivals (SO_RCVTIMEO
+    bounds each sleep, so the deadline is still checked). A sender stopped mid-stream (SIGSTOP)
+    sends nothing, not even heartbeats: the receiver must end with the stopped peer named, within
+    its --timeout and a few seconds, not sleep on."""
+    exe = str(engine_path())
+    port = free_port()
+    server = subprocess.Popen([exe, "--listen", f"127.0.0.1:{port}", "--backend", "tcp", "--timeout", "2",
+                               "--cpu", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = None
+    try:
+        assert server.stdout is not None
+        server.stdout.readline()  # {"port": ...}: listening
+        client = subprocess.Popen([exe, "--peer", f"127.0.0.1:{port}", "--backend", "tcp", "--timeout", "2",
+                                   "--pattern", "bw", "--sizes", "64K", "--duration", "20", "--poll", "block",
+                                   "--warmup", "10", "--cpu", "1"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        before, deadline = _loopback_bytes(), time.monotonic() + 20
+        while _loopback_bytes() - before < 64 << 20:  # inside the measurement, however slow the start
+            assert time.monotonic() < deadline and client.poll() is None, "the stream did not start"
+            time.sleep(0.002)
+        os.kill(client.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        _, err = server.communicate(timeout=20)
+        took = time.monotonic() - stopped
+    finally:
+        if client is not None and client.poll() is None:
+            os.kill(client.pid, signal.SIGCONT)
+            client.kill()
+            client.wait()
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert server.returncode == 3, err
+    assert "no progress for 2.0 s" in err and "stopped answering" in err, err
+    assert took < 2 + 4, f"the receiver took {took:.1f} s to give up on a 2 s timeout"

@@ -24,6 +24,9 @@ struct fs_stream_calls {
     ssize_t (*send)(int fd, const void *buf, size_t len, int flags);
     ssize_t (*recv)(int fd, void *buf, size_t len, int flags);
     fs_poll_fn poll; /* through fs_pollwait only: see pollwait.h */
+    /* A wait for data may sleep in recv() itself, bounded by SO_RCVTIMEO, instead of in poll():
+     * kernel sockets. See fs_stream_progress. */
+    int wait_in_recv;
     int (*close)(int fd);
     /* getsockname (local) or getpeername */
     int (*name)(int fd, int local, struct sockaddr *sa, socklen_t *len);
@@ -44,6 +47,8 @@ struct fs_stream {
     uint64_t size;
     uint64_t tx_pending, tx_off, tx_completed;
     uint64_t rx_partial;
+    /* The descriptor is blocking with SO_RCVTIMEO = this many ms (0: non-blocking, as set up). */
+    int recv_wait_ms;
     /* In a session `fabscope serve` authenticated: the data connection's first bytes are this
      * token (fs_data_token of the session key and the backend's name), sent by the client and
      * checked by the server before it takes the connection. */

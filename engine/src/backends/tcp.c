@@ -1,5 +1,6 @@
-/* TCP backend: one socket, non-blocking, one send() per message and one recv() per message (as
- * qperf and sockperf do), so message rate means what an application would see. */
+/* TCP backend: one socket, one send() per message and one recv() per message (as qperf and
+ * sockperf do), so message rate means what an application would see. Every call passes
+ * MSG_DONTWAIT, except that a --poll block wait for data sleeps in recv() (stream_io.c). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -147,6 +148,7 @@ static const struct fs_stream_calls tcp_calls = {
     .send = send,
     .recv = recv,
     .poll = poll,
+    .wait_in_recv = 1,
     .close = close,
     .name = tcp_name,
     .accept = accept,
