@@ -90,6 +90,7 @@ from tcp_peers import (
     qos_value,
     run_client,
     server,
+    stable,
     tail,
 )
 
@@ -441,9 +442,6 @@ def series_of(results: dict[tuple[str, str, int], Measurement]) -> Series:
     return s
 
 
-STABLE = 0.15  # the two peer runs of a sandwich may differ by this much (relative) to count
-
-
 # (case name, repeat) -> the placement probes before the peer's run, fabscope's, the peer's second
 # run, and after it (bench/placement.py)
 Placements = dict[tuple[str, int], list[float | None]]
@@ -470,7 +468,7 @@ def compare(series: Series, case: Case, metric: str, placements: Placements) -> 
         a, b = before.get(r), after.get(r)
         if not a or not b:
             continue
-        if abs(a - b) / min(a, b) > STABLE:
+        if not stable((a, b)):
             unstable.append(r)
             continue
         if not same_placement(placements.get((case.name, r), [None])):

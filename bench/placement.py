@@ -43,8 +43,9 @@ def build_probe(dest: Path = PROBE_BIN) -> Path:
 
 
 def probe(cpu_a: int, cpu_b: int, ms: int = PROBE_MS, binary: Path = PROBE_BIN) -> float:
-    """The median round trip, in ns, of a cache line bounced between the two CPUs for `ms`."""
-    argv = [str(build_probe(binary)), str(cpu_a), str(cpu_b), str(ms)]
+    """The median round trip, in ns, of a cache line bounced between the two CPUs for `ms`, by the
+    probe `build_probe` made (built once, before the first probe, not checked again on each)."""
+    argv = [str(binary), str(cpu_a), str(cpu_b), str(ms)]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=ms / 1000 + 10, check=False)
     if p.returncode != 0:
         raise ProbeError(f"{' '.join(argv)} failed (exit {p.returncode}): {p.stderr.strip()}")
@@ -73,12 +74,13 @@ class GuestAgent:
         self.cpus = cpus
         self.poll_s = poll_s
         self.answered = 0
+        self.binary = PROBE_BIN
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="placement-agent", daemon=True)
 
     def __enter__(self) -> GuestAgent:
         self.dir.mkdir(parents=True, exist_ok=True)
-        build_probe()
+        self.binary = build_probe()
         (self.dir / "agent").write_text(json.dumps({"cpus": list(self.cpus), "probe_ms": PROBE_MS}) + "\n")
         self._thread.start()
         return self
@@ -92,7 +94,7 @@ class GuestAgent:
             for req in sorted(self.dir.glob("req-*")):
                 seq = req.name.removeprefix("req-")
                 try:
-                    answer: dict[str, object] = {"rtt_ns": probe(*self.cpus)}
+                    answer: dict[str, object] = {"rtt_ns": probe(*self.cpus, binary=self.binary)}
                 except (ProbeError, OSError, subprocess.TimeoutExpired, ValueError) as e:
                     answer = {"error": str(e)}
                 tmp = self.dir / f".ans-{seq}"

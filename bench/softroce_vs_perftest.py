@@ -44,6 +44,7 @@ from typing import Any
 
 # bench/ is sys.path[0] when this file runs as a script (and mypy resolves it the same way).
 from placement import GuestAgent
+from sandwich import STABLE, peer_runs_agree
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -87,11 +88,8 @@ def _spread(xs: list[float]) -> dict[str, float | None]:
     return {"min": min(xs), "max": max(xs), "rel_spread": (max(xs) - min(xs)) / med if med else None}
 
 
-SANDWICH_STABLE = 0.15  # the peer's runs just before and just after fabscope's may differ this much
-
-
 def sandwiches(peer: dict[int, float | None], fab: dict[int, float | None],
-               stable: float = SANDWICH_STABLE) -> tuple[list[float], list[int]]:
+               stable: float = STABLE) -> tuple[list[float], list[int]]:
     """The repeats of one case ran as a chain, the peer's run first and last: P0 F0 P1 F1 ... Fn-1 Pn.
     fabscope's run of repeat i is compared with the mean of the peer's runs i (just before it) and
     i + 1 (just after it), as bench/tcp_peers.py does on the host. A TCG guest's speed moves between
@@ -106,7 +104,7 @@ def sandwiches(peer: dict[int, float | None], fab: dict[int, float | None],
         f, before, after = fab[i], peer.get(i), peer.get(i + 1)
         if not f or not before or not after:
             continue
-        if abs(before - after) / min(before, after) > stable:
+        if not peer_runs_agree(before, after, stable):
             left_out.append(i)
             continue
         used.append(f / ((before + after) / 2))

@@ -65,7 +65,8 @@ from typing import Any, TextIO
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from placement import SAME_PLACEMENT, ProbeError, probe, same_placement  # noqa: E402
+from placement import SAME_PLACEMENT, ProbeError, build_probe, probe, same_placement  # noqa: E402
+from sandwich import STABLE, peer_runs_agree  # noqa: E402
 
 HOST = "127.0.0.1"
 SERVER_CPU = 0  # fabscope --loopback puts the server engine here ...
@@ -528,7 +529,6 @@ Series = dict[tuple[str, str], dict[int, float]]  # (tool, metric) -> {repeat: v
 Sandwiches = dict[tuple[str, str], dict[int, tuple[float, float]]]
 # (peer tool, metric) -> {repeat: the placement probes from before its first run to after its last}
 Placements = dict[tuple[str, str], dict[int, list[float | None]]]
-STABLE = 0.15  # the two peer runs of a sandwich may differ by this much (relative) to count
 KEYS = {  # tool name of a Measurement -> (series key, metric)
     "fabscope lat": [(FAB_LAT, "lat_p50_us"), (FAB_LAT_MEAN, "lat_mean_us")],
     "fabscope lat block": [(FAB_LAT_BLOCK, "lat_p50_us")],
@@ -570,8 +570,7 @@ def collect(ms: list[Measurement]) -> tuple[Series, Sandwiches, Placements]:
 
 
 def stable(pair: tuple[float, float]) -> bool:
-    a, b = pair
-    return min(a, b) > 0 and abs(a - b) / min(a, b) <= STABLE
+    return peer_runs_agree(*pair)
 
 
 def usable(sandwiches: Sandwiches, placements: Placements, key: tuple[str, str], rep: int) -> bool:
@@ -734,7 +733,7 @@ def preflight(cfg: Config) -> None:
 def check_placement_probe() -> None:
     """Before any measurement: the probe builds and runs on the two CPUs the benches use."""
     try:
-        probe(SERVER_CPU, CLIENT_CPU, 5)
+        probe(SERVER_CPU, CLIENT_CPU, 5, build_probe())
     except (ProbeError, OSError, subprocess.TimeoutExpired) as e:
         raise SetupError(f"the placement probe (bench/core_to_core.c, needs cc) does not run: {e}") from None
 

@@ -311,22 +311,17 @@ static int pull_rx(struct fs_stream *s, uint64_t *rx, int flags, int calls, stru
     return 0;
 }
 
-/* Whether a wait for data can sleep in recv(): kernel sockets only, not rsocket and not the tcp
- * backend under librspreload (rrecv with SO_RCVTIMEO is not tried: those keep poll()). The
- * descriptor is then made blocking with the wait's deadline as SO_RCVTIMEO (every send and every
- * other recv passes MSG_DONTWAIT). Why: the data that wakes the sleeper is copied in the same
- * call, where a wake-up from poll() costs a return, a second call and the timer's re-arming first.
- * A loopback receiver of 1 MiB messages that slept in poll() got 0.93 of qperf's rate (qperf
- * sleeps in read); sleeping in recv() it got 1.08-1.09x its earlier rate (10 pairs alternated, the
- * two CPUs sharing a cache; unchanged when they do not; bench/RESULTS.md). */
+/* Whether a wait for data sleeps in recv(): where the backend said so at setup (s->wait_in_recv:
+ * the tcp backend on kernel sockets). The descriptor is then made blocking with the wait's
+ * deadline as SO_RCVTIMEO (every send and every other recv passes MSG_DONTWAIT). Why: the data
+ * that wakes the sleeper is copied in the same call, where a wake-up from poll() costs a return,
+ * a second call and the timer's re-arming first. A loopback receiver of 1 MiB messages that slept
+ * in poll() got 0.93 of qperf's rate (qperf sleeps in read); sleeping in recv() it got 1.08-1.09x
+ * its earlier rate (10 pairs alternated, the two CPUs sharing a cache; unchanged when they do
+ * not; bench/RESULTS.md). */
 static int recv_may_wait(struct fs_stream *s, int wait_ms)
 {
-    static int preloaded = -1;
-    if (preloaded < 0) {
-        const char *p = getenv("LD_PRELOAD");
-        preloaded = p && strstr(p, "rspreload");
-    }
-    if (!s->c->wait_in_recv || preloaded)
+    if (!s->wait_in_recv)
         return 0;
     if (s->recv_wait_ms == wait_ms)
         return 1;

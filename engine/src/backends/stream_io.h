@@ -24,9 +24,6 @@ struct fs_stream_calls {
     ssize_t (*send)(int fd, const void *buf, size_t len, int flags);
     ssize_t (*recv)(int fd, void *buf, size_t len, int flags);
     fs_poll_fn poll; /* through fs_pollwait only: see pollwait.h */
-    /* A wait for data may sleep in recv() itself, bounded by SO_RCVTIMEO, instead of in poll():
-     * kernel sockets. See fs_stream_progress. */
-    int wait_in_recv;
     int (*close)(int fd);
     /* getsockname (local) or getpeername */
     int (*name)(int fd, int local, struct sockaddr *sa, socklen_t *len);
@@ -47,6 +44,9 @@ struct fs_stream {
     uint64_t size;
     uint64_t tx_pending, tx_off, tx_completed;
     uint64_t rx_partial;
+    /* Set by the backend at setup: a wait for data may sleep in recv() itself, bounded by
+     * SO_RCVTIMEO, instead of in poll() (see recv_may_wait in stream_io.c). 0 from fs_stream_new. */
+    int wait_in_recv;
     /* The descriptor is blocking with SO_RCVTIMEO = this many ms (0: non-blocking, as set up). */
     int recv_wait_ms;
     /* In a session `fabscope serve` authenticated: the data connection's first bytes are this

@@ -148,7 +148,6 @@ static const struct fs_stream_calls tcp_calls = {
     .send = send,
     .recv = recv,
     .poll = poll,
-    .wait_in_recv = 1,
     .close = close,
     .name = tcp_name,
     .accept = accept,
@@ -204,6 +203,11 @@ static int tcp_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     if (!t)
         return -1;
     t->o = *(const struct tcp_opts *)ctx->opts;
+    /* A wait for data sleeps in recv() (SO_RCVTIMEO), not in poll(): on kernel sockets only.
+     * Under librspreload these calls are rsocket's, and rrecv with SO_RCVTIMEO was not tried: the
+     * rsocket backend and the preloaded tcp backend keep poll(). */
+    const char *preload = getenv("LD_PRELOAD");
+    t->s.wait_in_recv = !(preload && strstr(preload, "rspreload"));
     t->retrans_base = t->dsack_base = -1;
     snprintf(t->device, sizeof t->device, "%s", ctx->spec->device);
     snprintf(t->bind_addr, sizeof t->bind_addr, "%s", ctx->spec->bind);
