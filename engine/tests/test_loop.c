@@ -145,6 +145,11 @@ out:
     return NULL;
 }
 
+/* What the server side knows of its machine when a test sets it: the CPUs it may run on
+ * (fs_sysinfo) and whether the client's boot id differs (engine.c's note_peer_boot). A blank
+ * side has 0 and 0: not known. */
+static int server_cpus_allowed, server_peer_elsewhere;
+
 /* Both sides of one run: connected, run in two threads, joined. 0 when both were set up (their
  * rc says how the phases went), -1 when a side was refused before running (c->err or s->err). */
 static int run_pair(struct side *c, struct side *s, const char *const *shared,
@@ -154,6 +159,8 @@ static int run_pair(struct side *c, struct side *s, const char *const *shared,
     side_blank(c), side_blank(s);
     if (side_init(c, 0, shared, client_own) || side_init(s, 1, shared, server_own))
         return -1;
+    s->r.si.cpus_allowed_n = server_cpus_allowed;
+    s->r.peer_elsewhere = server_peer_elsewhere;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds))
         return -1;
     fs_ctl_init(&c->r.ctl, fds[0], "server (test thread)");
@@ -478,8 +485,35 @@ static void test_slow_pingpong_keeps_the_control_channel_out_of_the_wait(void)
     side_free(&c), side_free(&s);
 }
 
+/* The idle target of a read spins in busy poll mode where it has a CPU the initiator cannot need
+ * (two CPUs or more, or the initiator on another machine), and sleeps on the control channel
+ * where it would share the initiator's only CPU, and always in block mode. Either way its phase
+ * ends at the initiator's count. */
+static void test_idle_target_spins_only_with_a_cpu_of_its_own(void)
+{
+    static struct side c, s;
+    static const struct {
+        int cpus, elsewhere;
+        const char *poll;
+        int spins;
+    } cases[] = {{1, 0, "poll=busy", 0}, {2, 0, "poll=busy", 1}, {1, 1, "poll=busy", 1},
+                 {0, 0, "poll=busy", 0}, {2, 1, "poll=block", 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        server_cpus_allowed = cases[i].cpus;
+        server_peer_elsewhere = cases[i].elsewhere;
+        CHECK(run_pair(&c, &s, LIST("op=read", "pattern=lat", "iters=100", "warmup=10",
+                                    cases[i].poll),
+                       NULL, NULL) == 0);
+        CHECK(c.rc == 0 && s.rc == 0 && c.r.samples.n == 100 && s.mine.rx_msgs == 0);
+        CHECK(s.r.idle_side && s.r.idle_spin == cases[i].spins);
+        side_free(&c), side_free(&s);
+    }
+    server_cpus_allowed = server_peer_elsewhere = 0;
+}
+
 int main(void)
 {
+    test_idle_target_spins_only_with_a_cpu_of_its_own();
     test_null_backend();
     test_slow_pingpong_keeps_the_control_channel_out_of_the_wait();
     test_lat();

@@ -228,10 +228,25 @@ static int backend_setup(struct fs_run *r, const cJSON *hint, struct fs_err *err
 /* ---- connection: both sides trade backend addresses the same way ------------------------ */
 
 /* Sends {"type": type, "address": what the peer needs to reach our backend}. */
+/* Which kernel boot we run on, in config and ready: the peer learns whether it shares our CPUs. */
+static void add_boot_id(const struct fs_run *r, cJSON *m)
+{
+    if (r->si.boot_id[0])
+        cJSON_AddStringToObject(m, "boot_id", r->si.boot_id);
+}
+
+static void note_peer_boot(struct fs_run *r, const cJSON *m)
+{
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(m, "boot_id");
+    r->peer_elsewhere = cJSON_IsString(b) && b->valuestring[0] && r->si.boot_id[0] &&
+                        strcmp(b->valuestring, r->si.boot_id) != 0;
+}
+
 static int send_address(struct fs_run *r, const char *type, struct fs_err *err)
 {
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "type", type);
+    add_boot_id(r, m);
     cJSON *addr = cJSON_AddObjectToObject(m, "address");
     int rc = r->bops->local_address(r->be, addr, err) || fs_ctl_send(&r->ctl, m, timeout_ms(r), err);
     cJSON_Delete(m);
@@ -244,6 +259,7 @@ static int connect_from(struct fs_run *r, const char *type, struct fs_err *err)
     cJSON *m = NULL;
     if (fs_ctl_expect(&r->ctl, type, timeout_ms(r), &m, err))
         return -1;
+    note_peer_boot(r, m);
     int rc = r->bops->connect(r->be, cJSON_GetObjectItemCaseSensitive(m, "address"), timeout_ms(r),
                               err);
     cJSON_Delete(m);
@@ -348,6 +364,7 @@ int fs_run_server(struct fs_run *r, struct fs_err *err)
     if (fs_opt_apply_wire(&r->core_set, core, err) || fs_run_select_backend(r, err) ||
         fs_opt_apply_wire(&r->be_set, beo, err) || fs_run_validate(r, err))
         goto fail;
+    note_peer_boot(r, m);
     const cJSON *hint = cJSON_GetObjectItemCaseSensitive(m, "data_path");
     server_data_path(r, hint);
     if (backend_setup(r, hint, err))
@@ -441,6 +458,7 @@ int fs_run_client(struct fs_run *r, struct fs_out *out, struct fs_err *err)
     fs_opt_wire_json(&r->core_set, cJSON_AddObjectToObject(m, "core"));
     fs_opt_wire_json(&r->be_set, cJSON_AddObjectToObject(m, "backend"));
     client_data_path(r, m);
+    add_boot_id(r, m);
     /* Our deadline, for `fabscope serve`: it starts the peer engine with it, within its limits
      * (an engine server started by hand keeps its own --timeout). */
     cJSON_AddNumberToObject(m, "timeout", r->spec.timeout);

@@ -166,12 +166,26 @@ static int tick_due(const struct fs_run *r, unsigned *turns, const struct fs_eve
  * says something or its own heartbeat is due, as perftest's target sleeps in read(). Nothing
  * here is timed. It used to nap 20 ms between looks: on Soft-RoCE between two emulated guests
  * those 50 wake-ups a second put 3 % on the initiator's median read latency (281 -> 270 us
- * against perftest's 272, six runs each alternated), and each phase ended up to a nap late. */
+ * against perftest's 272, six runs each alternated), and each phase ended up to a nap late.
+ * With r->idle_spin (busy poll mode, a CPU the peer engine cannot need) it does not sleep: the
+ * loop spins, looking at the control channel every FS_QUIET_NS through tick(). Where the NIC is
+ * software (rxe, siw), the target's kernel answers each request, and a CPU woken from idle for
+ * it adds its wake-up to every round trip; perftest's target spins under -R. */
 static int wait_idle(struct fs_run *r, struct fs_err *err)
 {
+    if (r->idle_spin)
+        return 0;
     uint64_t now = fs_now_ns(), due = r->last_heartbeat_ns + FS_HEARTBEAT_NS;
     fs_ctl_wait_readable(&r->ctl, due > now ? (int)((due - now) / 1000000) + 1 : 0);
     return housekeep(r, fs_now_ns(), err);
+}
+
+/* Whether an idle side may spin (busy mode) without taking the CPU its peer engine runs on: the
+ * peer is on another machine, or this one lets us run on two CPUs or more. On one CPU shared
+ * with the initiator (one guest with one vCPU) a spinning target would take half its time. */
+static int idle_may_spin(const struct fs_run *r)
+{
+    return !r->block && (r->peer_elsewhere || r->si.cpus_allowed_n >= 2);
 }
 
 /* How long a wait of a ping-pong whose previous round trip took `round_ns` lasts before it is a
@@ -501,6 +515,7 @@ static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uin
      * the target keeps calling progress. */
     const int wait_peer = do_recv || !do_send || r->pat == FS_PAT_BIBW;
     r->idle_side = !do_send && !do_recv;
+    r->idle_spin = r->idle_side && idle_may_spin(r);
     const int lossy = do_recv && r->bops->lossy && r->bops->lossy(r->be);
     uint64_t quiet_since = start;
     unsigned turns = 0;

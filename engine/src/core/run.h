@@ -64,6 +64,12 @@ struct fs_run {
      * peer's heartbeats count as progress. Elsewhere a heartbeat proves the peer process is
      * alive, not that the data path works, and must not hide a stuck run. */
     int idle_side;
+    /* The idle side spins instead of sleeping on the control channel (see wait_idle in loop.c):
+     * in busy poll mode, when the peer engine cannot need this CPU. */
+    int idle_spin;
+    /* The peer's kernel boot id (sent in config / ready) differs from ours: it runs on another
+     * machine. 0 when the same or not known. */
+    int peer_elsewhere;
     uint64_t last_heartbeat_ns;
     /* When the peer last said anything on the control channel (a heartbeat too): past the
      * no-progress deadline, a peer heard from lately is alive and its data path stalled. */

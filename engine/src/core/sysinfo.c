@@ -44,7 +44,8 @@ static int affinity(char *list, size_t len, long *first)
 static void note_affinity(struct fs_sysinfo *si)
 {
     long first;
-    if (affinity(si->cpus_allowed, sizeof si->cpus_allowed, &first) == 1)
+    si->cpus_allowed_n = affinity(si->cpus_allowed, sizeof si->cpus_allowed, &first);
+    if (si->cpus_allowed_n == 1)
         si->cpu = first;
 }
 
@@ -61,6 +62,7 @@ void fs_sysinfo_read(struct fs_sysinfo *si)
     if (!si->cpuidle_governor[0])
         read_line("/sys/devices/system/cpu/cpuidle/current_governor", si->cpuidle_governor,
                   sizeof si->cpuidle_governor);
+    read_line("/proc/sys/kernel/random/boot_id", si->boot_id, sizeof si->boot_id);
     note_affinity(si);
 }
 
@@ -112,13 +114,10 @@ void fs_sysinfo_json(const struct fs_sysinfo *si, cJSON *obj)
     cJSON_AddStringToObject(obj, "cpus_allowed", si->cpus_allowed);
     if (si->place.asked[0])
         fs_placement_json(&si->place, si, cJSON_AddObjectToObject(obj, "placement"));
-    /* Which kernel boot this is: two engines with the same boot id share one machine (its CPUs,
-     * its scheduler) even when their host names differ (containers, network namespaces), so the
-     * front end can tell when two ranks bound to the same CPU time each other's time slices. */
-    char boot_id[64];
-    read_line("/proc/sys/kernel/random/boot_id", boot_id, sizeof boot_id);
-    if (boot_id[0])
-        cJSON_AddStringToObject(obj, "boot_id", boot_id);
+    /* Which kernel boot this is, so the front end can tell when two ranks bound to the same CPU
+     * time each other's time slices. */
+    if (si->boot_id[0])
+        cJSON_AddStringToObject(obj, "boot_id", si->boot_id);
     else
         cJSON_AddNullToObject(obj, "boot_id");
 }

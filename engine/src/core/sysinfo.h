@@ -15,6 +15,10 @@ struct fs_sysinfo {
     long cpu;               /* the one CPU this engine may run on (pinned by --cpu or by its
                              * launcher: mpirun/srun binding), or -1 */
     char cpus_allowed[256]; /* its affinity list, e.g. "1" or "0,1" */
+    int cpus_allowed_n;     /* how many CPUs that list has (0: unknown) */
+    /* /proc/sys/kernel/random/boot_id: two engines with the same one share one machine (its CPUs,
+     * its scheduler) even when their host names differ (containers, network namespaces). */
+    char boot_id[64];
     struct fs_placement place; /* --cpu: what was asked, the device's NUMA node, why this CPU */
 };
 

@@ -385,8 +385,9 @@ int vb_take_cq_event(struct vb *v, struct fs_events *ev, int *got, struct fs_err
 }
 
 /* The NIC answers reads, atomics and writes without the target: that process has nothing to
- * progress, and spinning would take the CPU from the initiator and from a software device (rxe,
- * siw) on a shared core. It says so (fs_events.idle) and the core sleeps on the control channel. */
+ * progress. It says so (fs_events.idle) and the core decides how it waits (loop.c, wait_idle):
+ * asleep on the control channel, or spinning in busy poll mode where the initiator cannot need
+ * its CPU. */
 int vb_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_err *err)
 {
     struct vb *v = be;
