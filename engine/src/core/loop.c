@@ -167,7 +167,7 @@ static int tick_due(const struct fs_run *r, unsigned *turns, const struct fs_eve
  * here is timed. It used to nap 20 ms between looks: on Soft-RoCE between two emulated guests
  * those 50 wake-ups a second put 3 % on the initiator's median read latency (281 -> 270 us
  * against perftest's 272, six runs each alternated), and each phase ended up to a nap late.
- * With r->idle_spin (busy poll mode, a CPU the peer engine cannot need) it does not sleep: the
+ * With r->idle_spin (a latency test in busy poll mode, a CPU the peer engine cannot need) it does not sleep: the
  * loop spins, looking at the control channel every FS_QUIET_NS through tick(). Where the NIC is
  * software (rxe, siw), the target's kernel answers each request, and a CPU woken from idle for
  * it adds its wake-up to every round trip; perftest's target spins under -R. */
@@ -180,12 +180,17 @@ static int wait_idle(struct fs_run *r, struct fs_err *err)
     return housekeep(r, fs_now_ns(), err);
 }
 
-/* Whether an idle side may spin (busy mode) without taking the CPU its peer engine runs on: the
- * peer is on another machine, or this one lets us run on two CPUs or more. On one CPU shared
- * with the initiator (one guest with one vCPU) a spinning target would take half its time. */
+/* Whether an idle side may spin (busy mode, a latency test) without taking the CPU its peer
+ * engine runs on: the peer is on another machine, or this one lets us run on two CPUs or more.
+ * On one CPU shared with the initiator (one guest with one vCPU) a spinning target would take
+ * half its time. Not in bw/bibw even when asked for busy polling: a software device's answers to
+ * a window of reads pile up beyond what the kernel does at interrupt exit, the rest goes to
+ * ksoftirqd, an ordinary thread that a spinning target competes with (read bw between two
+ * Soft-RoCE guests fell to 0.61 of perftest's with the target spinning; one read at a time is
+ * answered at interrupt exit and gained 5-10 %). */
 static int idle_may_spin(const struct fs_run *r)
 {
-    return !r->block && (r->peer_elsewhere || r->si.cpus_allowed_n >= 2);
+    return !r->block && r->pat == FS_PAT_LAT && (r->peer_elsewhere || r->si.cpus_allowed_n >= 2);
 }
 
 /* How long a wait of a ping-pong whose previous round trip took `round_ns` lasts before it is a
