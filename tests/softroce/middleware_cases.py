@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
+import shlex
 import subprocess
 import sys
 import time
@@ -56,20 +58,40 @@ def record(out, rec: dict) -> None:
     print(f"[middleware] {rec['case']}: rc={rec['rc']} {rec['elapsed_s']} s", flush=True)
 
 
+# Starts the server half and says when it listens (both guests see the repo at /fabscope).
+PEER_SERVER = "/fabscope/tests/softroce/peer_server.sh"
+LISTENING = b"fabscope-peer: listening"
+
+
+def wait_listening(srv: subprocess.Popen, limit_s: float) -> bytes:
+    """What the server half printed until peer_server.sh said it listens, its end, or limit_s."""
+    got = b""
+    end = time.monotonic() + limit_s
+    fd = srv.stdout.fileno()
+    while LISTENING not in got and time.monotonic() < end:
+        ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
 def run_peer(server: str, client: list[str], client_timeout: float = 120) -> dict:
-    """The server half in the server guest (over ssh), then the client half here; the client is
-    retried while the server is not listening yet. Both outputs and exit statuses."""
+    """The server half in the server guest (over ssh), then the client half here once the server
+    half listens; a client refused all the same tries again. Both outputs and exit statuses."""
     t0 = time.monotonic()
     # The testbed's own environment (UCX_IB_GID_INDEX, FI_UNIVERSE_SIZE) does not cross ssh: the
     # server half gets this guest's values, as mpirun's -x does for the ranks.
     fwd = " ".join(f"{k}={os.environ[k]}" for k in ("UCX_IB_GID_INDEX", "FI_UNIVERSE_SIZE") if k in os.environ)
-    srv = subprocess.Popen(["ssh", "server", f"{fwd} timeout {int(client_timeout)} sh -c '{server}'"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    # The server half needs a head start under TCG (ssh, then the library's start-up): a client
-    # refused because it is not listening yet tries again, for at most 60 s.
+    srv = subprocess.Popen(["ssh", "server", f"{fwd} sh {PEER_SERVER} {int(client_timeout)} {shlex.quote(server)}"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # Under TCG ssh and the library's start-up take seconds: wait for the listener (at most 60 s).
+    head = wait_listening(srv, 60)
     give_up = time.monotonic() + 60
     while True:
-        time.sleep(4)
         try:
             c = subprocess.run(client, capture_output=True, text=True, timeout=client_timeout)
             rc, text = c.returncode, c.stdout + c.stderr
@@ -78,11 +100,13 @@ def run_peer(server: str, client: list[str], client_timeout: float = 120) -> dic
         refused = rc != 0 and ("Connection refused" in text or "connect() failed" in text)
         if not refused or time.monotonic() > give_up or srv.poll() is not None:
             break
+        time.sleep(1)
     try:
-        srv_out, _ = srv.communicate(timeout=60)
+        rest, _ = srv.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         srv.kill()
-        srv_out, _ = srv.communicate()
+        rest, _ = srv.communicate()
+    srv_out = (head + rest).decode("utf-8", "replace")
     return {"argv": client, "rc": rc, "server_rc": srv.returncode, "output": text[-3000:],
             "server_output": srv_out[-2000:], "elapsed_s": round(time.monotonic() - t0, 1)}
 
