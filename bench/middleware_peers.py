@@ -69,6 +69,7 @@ from typing import Any, TextIO
 
 # bench/ is sys.path[0] when this file runs as a script (and mypy resolves it the same way).
 from placement import same_placement
+from sandwich import peer_runs_agree
 from tcp_peers import (
     DMA_LATENCY,
     HOST,
@@ -90,7 +91,6 @@ from tcp_peers import (
     qos_value,
     run_client,
     server,
-    stable,
     tail,
 )
 
@@ -468,7 +468,7 @@ def compare(series: Series, case: Case, metric: str, placements: Placements) -> 
         a, b = before.get(r), after.get(r)
         if not a or not b:
             continue
-        if not stable((a, b)):
+        if not peer_runs_agree(a, b):
             unstable.append(r)
             continue
         if not same_placement(placements.get((case.name, r), [None])):

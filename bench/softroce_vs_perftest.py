@@ -44,7 +44,7 @@ from typing import Any
 
 # bench/ is sys.path[0] when this file runs as a script (and mypy resolves it the same way).
 from placement import GuestAgent
-from sandwich import STABLE, peer_runs_agree
+from sandwich import peer_runs_agree
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,14 +88,13 @@ def _spread(xs: list[float]) -> dict[str, float | None]:
     return {"min": min(xs), "max": max(xs), "rel_spread": (max(xs) - min(xs)) / med if med else None}
 
 
-def sandwiches(peer: dict[int, float | None], fab: dict[int, float | None],
-               stable: float = STABLE) -> tuple[list[float], list[int]]:
+def sandwiches(peer: dict[int, float | None], fab: dict[int, float | None]) -> tuple[list[float], list[int]]:
     """The repeats of one case ran as a chain, the peer's run first and last: P0 F0 P1 F1 ... Fn-1 Pn.
     fabscope's run of repeat i is compared with the mean of the peer's runs i (just before it) and
     i + 1 (just after it), as bench/tcp_peers.py does on the host. A TCG guest's speed moves between
     levels (seen: every figure of both tools 25 % lower for a minute) and drifts; a sandwich whose two
-    peer runs differ by more than `stable` (relative to the smaller) spans such a change and is left
-    out. Returns the ratios fabscope / peer of the sandwiches used and the repeats left out.
+    peer runs disagree (bench/sandwich.py: more than 15 % apart) spans such a change and is left out.
+    Returns the ratios fabscope / peer of the sandwiches used and the repeats left out.
     (Unlike the host benches, no sandwich is left out for a move of the host CPUs' placement: the
     guests' speed does not follow it, see placement_effect.)"""
     used: list[float] = []
@@ -104,7 +103,7 @@ def sandwiches(peer: dict[int, float | None], fab: dict[int, float | None],
         f, before, after = fab[i], peer.get(i), peer.get(i + 1)
         if not f or not before or not after:
             continue
-        if not peer_runs_agree(before, after, stable):
+        if not peer_runs_agree(before, after):
             left_out.append(i)
             continue
         used.append(f / ((before + after) / 2))

@@ -569,15 +569,11 @@ def collect(ms: list[Measurement]) -> tuple[Series, Sandwiches, Placements]:
     return series, sandwiches, placements
 
 
-def stable(pair: tuple[float, float]) -> bool:
-    return peer_runs_agree(*pair)
-
-
 def usable(sandwiches: Sandwiches, placements: Placements, key: tuple[str, str], rep: int) -> bool:
-    """A sandwich counts when the peer's two runs agree (`stable`) and every probe around it saw
+    """A sandwich counts when the peer's two runs agree (`peer_runs_agree`) and every probe around it saw
     one placement of the CPUs (bench/placement.py): otherwise the machine changed under it."""
     pair = sandwiches.get(key, {}).get(rep)
-    return pair is not None and stable(pair) and same_placement(placements.get(key, {}).get(rep, [None]))
+    return pair is not None and peer_runs_agree(*pair) and same_placement(placements.get(key, {}).get(rep, [None]))
 
 
 def _paired(series: Series, sandwiches: Sandwiches, placements: Placements, a: tuple[str, str],
@@ -668,7 +664,7 @@ def render(series: Series, sandwiches: Sandwiches, placements: Placements, summa
     def cell(key: tuple[str, str], rep: int) -> str:
         pair = sandwiches.get(key, {}).get(rep)
         if pair:  # a peer's run before and after fabscope; * = more than STABLE apart, ^ = placement moved
-            mark = "*" if not stable(pair) else "" if usable(sandwiches, placements, key, rep) else "^"
+            mark = "*" if not peer_runs_agree(*pair) else "" if usable(sandwiches, placements, key, rep) else "^"
             return f"{fmt(pair[0], 1)}/{fmt(pair[1], 1)}{mark}"
         return fmt(series.get(key, {}).get(rep), 1)
 

@@ -227,7 +227,6 @@ static int backend_setup(struct fs_run *r, const cJSON *hint, struct fs_err *err
 
 /* ---- connection: both sides trade backend addresses the same way ------------------------ */
 
-/* Sends {"type": type, "address": what the peer needs to reach our backend}. */
 /* Which kernel boot we run on, in config and ready: the peer learns whether it shares our CPUs. */
 static void add_boot_id(const struct fs_run *r, cJSON *m)
 {
@@ -235,6 +234,8 @@ static void add_boot_id(const struct fs_run *r, cJSON *m)
         cJSON_AddStringToObject(m, "boot_id", r->si.boot_id);
 }
 
+/* A peer whose boot id differs from ours runs on another machine; one that sent none, or ours
+ * unknown, counts as this machine (the cautious side: an idle target then sleeps). */
 static void note_peer_boot(struct fs_run *r, const cJSON *m)
 {
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(m, "boot_id");
@@ -242,6 +243,7 @@ static void note_peer_boot(struct fs_run *r, const cJSON *m)
                         strcmp(b->valuestring, r->si.boot_id) != 0;
 }
 
+/* Sends {"type": type, "address": what the peer needs to reach our backend}. */
 static int send_address(struct fs_run *r, const char *type, struct fs_err *err)
 {
     cJSON *m = cJSON_CreateObject();

@@ -167,10 +167,10 @@ static int tick_due(const struct fs_run *r, unsigned *turns, const struct fs_eve
  * here is timed. It used to nap 20 ms between looks: on Soft-RoCE between two emulated guests
  * those 50 wake-ups a second put 3 % on the initiator's median read latency (281 -> 270 us
  * against perftest's 272, six runs each alternated), and each phase ended up to a nap late.
- * With r->idle_spin (a latency test in busy poll mode, a CPU the peer engine cannot need) it does not sleep: the
- * loop spins, looking at the control channel every FS_QUIET_NS through tick(). Where the NIC is
- * software (rxe, siw), the target's kernel answers each request, and a CPU woken from idle for
- * it adds its wake-up to every round trip; perftest's target spins under -R. */
+ * With r->idle_spin (see idle_may_spin) it does not sleep: the loop spins, looking at the control
+ * channel every FS_QUIET_NS through tick(). Where the NIC is software (rxe, siw), the target's
+ * kernel answers each request, and a CPU woken from idle for it adds its wake-up to every round
+ * trip; perftest's target spins under -R. */
 static int wait_idle(struct fs_run *r, struct fs_err *err)
 {
     if (r->idle_spin)
