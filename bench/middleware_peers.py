@@ -26,7 +26,9 @@ for the same ucx_perftest tag_lat over sm, seconds apart: where the host places 
 moves both tools alike but wrecks any comparison that straddles a jump. The placement is measured,
 not guessed: a 50 ms probe of the CPU 0 - CPU 1 cache-line round trip (bench/placement.py) runs
 before every run and after the last, and a repeat whose probes disagree is left out as well, even
-when its two peer runs happen to agree. The ratio of the medians over all repeats is shown as well.
+when its two peer runs happen to agree. While a case rests on fewer than 3 repeats that count,
+another repeat of every case runs, up to twice --repeats (bench/sandwich.py needs_more). The ratio
+of the medians over all repeats is shown as well.
 
 Each pair is judged on a statistic both tools report: the p50 where the peer has one
 (ucx_perftest prints the median of its last 2048 iterations; osu_pingpong prints the median of
@@ -53,7 +55,6 @@ import argparse
 import datetime
 import json
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -68,13 +69,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 # bench/ is sys.path[0] when this file runs as a script (and mypy resolves it the same way).
+from peer_output import BenchError, parse_fi_pingpong, parse_osu, parse_ucx_perftest, tail
 from placement import same_placement
-from sandwich import peer_runs_agree
+from sandwich import needs_more, peer_runs_agree
 from tcp_peers import (
     DMA_LATENCY,
     HOST,
     REPO,
-    BenchError,
     Figures,
     Measurement,
     SetupError,
@@ -91,7 +92,6 @@ from tcp_peers import (
     qos_value,
     run_client,
     server,
-    tail,
 )
 
 GOAL_LAT = 1.05  # fabscope / peer, at most
@@ -101,7 +101,6 @@ BW_SIZE = 1 << 20  # 1 MiB: rendezvous for tag over sm, beyond the L2 caches, so
 UCX_WINDOW = 32  # ucx_perftest's default window for tag_bw and ucp_put_bw (perftest.c)
 OSU_WINDOW = 64  # osu_bw's window
 BW_ITERS = 10000  # 1 MiB messages per UCX bw run: about 1 s at 12 GB/s, so a burst of load hits both tools
-MIB = 1048576 / 1e6  # ucx_perftest "MB/s" are MiB/s (perftest_run.c divides by 1024*1024)
 TIMEOUT = 60.0  # per client; every run here takes < 5 s on an idle machine
 OSU_SRC = REPO / "bench" / "osu_pingpong.c"
 OSU_BIN = REPO / "build" / "bench" / "osu_pingpong"
@@ -132,57 +131,6 @@ class Case:
     info: tuple[str, ...] = ()
 
 
-# --------------------------------------------------------------------------------------------
-# Parsers (checked against ucx_perftest 1.13.1, fi_pingpong of libfabric 1.17, osu_pingpong.c)
-
-_UCX_FINAL = re.compile(
-    r"^Final:\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$", re.M
-)
-
-
-def parse_ucx_perftest(text: str, kind: str) -> dict[str, float]:
-    """The 'Final:' row: iterations, latency p50 / average / overall (us, half round trip for
-    *_lat), bandwidth average / overall (MiB/s), message rate average / overall."""
-    m = _UCX_FINAL.search(text)
-    if not m:
-        raise BenchError("no 'Final:' row in ucx_perftest output:\n" + tail(text, 12))
-    g = [float(x) for x in m.groups()]
-    if kind == "lat":
-        return {"lat_p50_us": g[1], "lat_mean_us": g[3], "samples": g[0]}
-    return {"bw_MBps": g[5] * MIB, "msgs": g[0]}
-
-
-_FI_ROW = re.compile(r"^(\S+)\s+(\S+)\s+([=+-]\S+)\s+(\S+)\s+([0-9.]+)s\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$", re.M)
-
-
-def parse_fi_pingpong(text: str) -> dict[str, float]:
-    """bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec; usec/xfer = elapsed / iterations
-    / 2, i.e. the MEAN half round trip over the whole loop (no warmup)."""
-    rows = _FI_ROW.findall(text)
-    if not rows:
-        raise BenchError("no result row in fi_pingpong output:\n" + tail(text, 12))
-    row = rows[-1]
-    if not row[2].startswith("="):
-        raise BenchError(f"fi_pingpong: sent {row[1]} but acked {row[2]}")
-    return {"lat_mean_us": float(row[6]), "seconds": float(row[4])}
-
-
-def parse_osu(text: str) -> dict[str, float]:
-    for line in text.splitlines():
-        if line.startswith("osu_pingpong "):
-            kv = dict(p.split("=", 1) for p in line.split()[2:] if "=" in p)
-            try:
-                if line.split()[1] == "lat":
-                    return {
-                        "lat_p50_us": float(kv["p50_us"]),
-                        "lat_mean_us": float(kv["mean_us"]),
-                        "lat_min_us": float(kv["min_us"]),
-                        "samples": float(kv["iters"]),
-                    }
-                return {"bw_MBps": float(kv["MBps"])}
-            except (KeyError, ValueError):
-                break
-    raise BenchError("no 'osu_pingpong' result line in:\n" + tail(text, 12))
 
 
 # --------------------------------------------------------------------------------------------
@@ -487,6 +435,14 @@ def compare(series: Series, case: Case, metric: str, placements: Placements) -> 
     }
 
 
+def counted(results: dict[tuple[str, str, int], Measurement], cs: Sequence[Case]) -> int:
+    """The fewest sandwiches that count (`compare`'s paired repeats) of any case so far: which
+    repeats fabscope measured, whether the peer's runs agree and the placement held, nothing of
+    fabscope's figures."""
+    series, placements = series_of(results), placements_of(results)
+    return min((compare(series, c, c.metric, placements)["paired_repeats"] for c in cs), default=0)
+
+
 def verdict(case: Case, ratio: float | None) -> str:
     if ratio is None:
         return "n/a"
@@ -615,7 +571,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[tuple[str, str, int], Measurement] = {}
     last: Measurement | None = None
     t0 = time.monotonic()
-    for rep in range(1, args.repeats + 1):
+    # The repeats asked for, then more while a case rests on fewer than 3 sandwiches that count
+    # (bench/sandwich.py needs_more: up to twice --repeats).
+    rep = 0
+    while needs_more(counted(results, cs), args.repeats, rep):
+        rep += 1
         for c in cs:
             # A sandwich: the peer before and after fabscope (see the module text).
             for side, fn in (("peer", c.run_peer), ("fabscope", c.run_fab), ("peer2", c.run_peer)):
@@ -628,7 +588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 last = m
                 shown = ", ".join(f"{k}={v:.3f}" for k, v in m.values.items() if k in (c.metric, *c.info))
                 status = f"ERROR {m.error.splitlines()[0]}" if m.error else shown
-                print(f"[{rep}/{args.repeats}] {m.tool:<32} {status}", file=sys.stderr, flush=True)
+                print(f"[{rep}/{max(rep, args.repeats)}] {m.tool:<32} {status}", file=sys.stderr, flush=True)
     if last is not None:
         last.placement_after = placement_probe()
     elapsed = time.monotonic() - t0
@@ -637,7 +597,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     series = series_of(results)
     summary = summarize(series, cs, placements_of(results))
     print(
-        f"\nfabscope vs ucx_perftest / fi_pingpong / OSU-style MPI on {HOST}, {args.repeats} repeats, "
+        f"\nfabscope vs ucx_perftest / fi_pingpong / OSU-style MPI on {HOST}, {rep} repeats ({args.repeats} asked for), "
         f"{started:%Y-%m-%d %H:%M} UTC, {elapsed:.0f} s"
     )
     print(
@@ -649,7 +609,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if cfg.engine or cfg.engine_dir:
         print(f"engine: FABSCOPE_ENGINE={cfg.engine or '-'} FABSCOPE_ENGINE_DIR={cfg.engine_dir or '-'}")
     print()
-    render(series, summary, cs, args.repeats, sys.stdout)
+    render(series, summary, cs, rep, sys.stdout)
     print()
     for c in cs:
         s = summary[c.name]
@@ -670,6 +630,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "elapsed_s": round(elapsed, 1),
             "argv": [sys.argv[0], *(sys.argv[1:] if argv is None else argv)],
             "repeats": args.repeats,
+            "repeats_run": rep,
             "cpu_dma_latency_held": cfg.hold,
             "engine": cfg.engine or "default",
             "engine_dir": cfg.engine_dir or "default",

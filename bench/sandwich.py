@@ -1,12 +1,47 @@
 """The one rule every bench uses to judge fabscope against a peer tool run just before and just after
 it (a sandwich: peer, fabscope, peer). The machine's speed moves while a bench runs (the VM's CPU
 placement on the host, a TCG guest's levels); two peer runs that disagree say it moved under the
-sandwich, and that sandwich is left out instead of being read as a gap between the tools."""
+sandwich, and that sandwich is left out instead of being read as a gap between the tools.
+
+A chain of sandwiches (P0 F0 P1 F1 ... Pn) whose peer runs disagree too often leaves a verdict
+resting on one or two of them. The benches then run more repeats (`needs_more`, `chain_needs_more`):
+whether to go on is decided by the peer's runs (and the CPU placement probes, on the host) alone,
+never by fabscope's figures, so measuring more cannot lean the verdict either way."""
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 STABLE = 0.15  # the peer's two runs may differ by this much (relative to the smaller) to count
+MIN_SANDWICHES = 3  # a chain is extended until its verdict rests on this many (see chain_needs_more)
 
 
 def peer_runs_agree(before: float, after: float, stable: float = STABLE) -> bool:
     """Whether the peer's runs before and after fabscope's agree within `stable`."""
     return min(before, after) > 0 and abs(before - after) / min(before, after) <= stable
+
+
+def usable(peer: Mapping[int, float | None], fab_reps: Iterable[int]) -> tuple[list[int], list[int]]:
+    """Of fabscope's repeats that have a figure (`fab_reps`; repeat i ran between the peer's runs i
+    and i + 1), those whose two peer runs have figures and agree, and those left out because their
+    peer runs disagree. A repeat with a peer run missing is in neither."""
+    used: list[int] = []
+    left_out: list[int] = []
+    for i in sorted(fab_reps):
+        before, after = peer.get(i), peer.get(i + 1)
+        if not before or not after:
+            continue
+        (used if peer_runs_agree(before, after) else left_out).append(i)
+    return used, left_out
+
+
+def needs_more(counted: int, repeats: int, done: int) -> bool:
+    """Whether a bench that has run `done` repeats (of `repeats` asked for), `counted` of whose
+    sandwiches count, runs one more: while fewer than MIN_SANDWICHES count, up to twice the repeats
+    asked for (a peer that never settles still ends)."""
+    return done < repeats or (counted < MIN_SANDWICHES and done < 2 * repeats)
+
+
+def chain_needs_more(peer: Mapping[int, float | None], fab_reps: Iterable[int], repeats: int, done: int) -> bool:
+    """needs_more for a chain P0 F0 P1 ... (the Soft-RoCE benches): the sandwiches that count are
+    `usable`'s."""
+    return needs_more(len(usable(peer, fab_reps)[0]), repeats, done)

@@ -51,19 +51,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 # bench/ is sys.path[0] when this file runs as a script.
-from middleware_peers import OSU_BIN, build_osu, parse_fi_pingpong, parse_osu, parse_ucx_perftest
+from middleware_peers import OSU_BIN, build_osu
+from peer_output import PARSERS, BenchError, tail
 from softroce_vs_perftest import (
     GOAL_BW,
     GOAL_LAT,
@@ -75,7 +73,7 @@ from softroce_vs_perftest import (
     sandwich_cell,
     sandwiches,
 )
-from tcp_peers import REPO, BenchError, fabscope_values, parse_fabscope, tail
+from tcp_peers import REPO, fabscope_values, parse_fabscope
 
 GUEST_SCRIPT = "/fabscope/tests/softroce/middleware_bench.py"
 GUEST_OSU = "/fabscope/" + str(OSU_BIN.relative_to(REPO))
@@ -94,37 +92,23 @@ MPIRUN = ["env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
           "--mca", "pml", "ucx", "-x", "UCX_NET_DEVICES=" + UCX_DEV, "-x", "UCX_IB_GID_INDEX",
           "-x", "FI_UNIVERSE_SIZE"]
 
-_RSTREAM_ROW = re.compile(r"^custom\s+\S+\s+\S+\s+\S+\s+\S+\s+([0-9.]+)s\s+([0-9.]+)\s+([0-9.]+)\s*$", re.M)
-
-
-def parse_rstream(text: str, moved: int = 0) -> dict[str, float]:
-    """rstream's custom row: name bytes xfers iters total time Gb/sec usec/xfer. usec/xfer is the
-    whole loop's time / iterations / transfers / 2 (the MEAN half round trip when -C 1). The bytes
-    of both directions (-C N one way, then N back: `moved` = 2 x N x size) over the whole time give
-    the bandwidth: rstream's own Gb/sec has two decimals, steps of 12.5 MB/s / 10 % here, while its
-    time (two decimals of seconds) is 0.2 % of a 3 s run."""
-    m = _RSTREAM_ROW.search(text)
-    if not m:
-        raise BenchError("no result row in rstream output:\n" + tail(text, 12))
-    secs = float(m.group(1))
-    out = {"lat_mean_us": float(m.group(3)), "seconds": secs}
-    if moved and secs > 0:
-        out["bw_MBps"] = moved / secs / 1e6
-    return out
-
-
 class Case:
     """One pair: the plan entry for the guest and how to read each tool's output."""
 
     def __init__(self, name: str, kind: str, metric: str, peer: str, peer_server: str | None, peer_client: list[str],
-                 fabscope: list[str], size: int, parse_peer: Callable[[str], dict[str, float]]) -> None:
+                 fabscope: list[str], size: int, parser: str, parser_kwargs: dict[str, Any] | None = None) -> None:
         self.name, self.kind, self.metric, self.peer = name, kind, metric, peer
         self.peer_server, self.peer_client, self.fabscope, self.size = peer_server, peer_client, fabscope, size
-        self.parse_peer = parse_peer
+        # how the peer's output is read (bench/peer_output.py), by name: the guest reads it too
+        self.parser, self.parser_kwargs = parser, parser_kwargs or {}
+        self.peer_parser = {"parser": parser, "kwargs": self.parser_kwargs, "metric": metric}
+
+    def parse_peer(self, text: str) -> dict[str, float]:
+        return PARSERS[self.parser](text, **self.parser_kwargs)
 
     def plan(self) -> dict[str, Any]:
         return {"name": self.name, "peer_server": self.peer_server, "peer_client": self.peer_client,
-                "fabscope": self.fabscope}
+                "fabscope": self.fabscope, "peer_figure": self.peer_parser}
 
 
 def cases(lat_n: int, bw_n: int) -> list[Case]:
@@ -141,7 +125,7 @@ def cases(lat_n: int, bw_n: int) -> list[Case]:
             ["env", f"UCX_TLS={UCX_TLS}", f"UCX_NET_DEVICES={UCX_DEV}", "ucx_perftest", "server", "-p", "13337",
              "-t", test, "-s", str(size), "-n", str(n), "-w", str(w), *extra],
             [*ucx_fab, "--pattern", kind, "--sizes", str(size), "--iters", str(n), "--warmup", str(w), *fextra],
-            size, partial(parse_ucx_perftest, kind=kind)))
+            size, "ucx_perftest", {"kind": kind}))
     for name, prov, ep in (("ofi_rxm_lat", "verbs;ofi_rxm", "rdm"), ("ofi_msg_lat", "verbs", "msg")):
         common = ["fi_pingpong", "-p", prov, "-e", ep, "-I", str(lat_n), "-S", str(LAT_SIZE)]
         out.append(Case(
@@ -149,7 +133,7 @@ def cases(lat_n: int, bw_n: int) -> list[Case]:
             " ".join(f'"{a}"' if ";" in a else a for a in common), [*common, "server"],
             [*FAB, "--backend", "ofi", "--provider", prov, "--ofi-ep", ep, "--device", "rxe0", "--op", "send",
              "--pattern", "lat", "--sizes", str(LAT_SIZE), "--iters", str(lat_n)],
-            LAT_SIZE, parse_fi_pingpong))
+            LAT_SIZE, "fi_pingpong"))
     mpi_fab = ["fabscope", "run", "--hosts", "client,server", "--backend", "mpi", "--mpi", "openmpi", "--mca",
                "pml=ucx", "--device", UCX_DEV, "--format", "json", "--no-store", "--timeout", "120", "--poll", "busy"]
     loops, warm_loops = max(1, bw_n // OSU_WINDOW), max(1, warm_bw // OSU_WINDOW)
@@ -157,13 +141,13 @@ def cases(lat_n: int, bw_n: int) -> list[Case]:
         "mpi_lat", "lat", "lat_p50_us", "osu_pingpong lat (Open MPI pml ucx)", None,
         [*MPIRUN, GUEST_OSU, "lat", str(LAT_SIZE), str(lat_n), str(warm_lat)],
         [*mpi_fab, "--pattern", "lat", "--sizes", str(LAT_SIZE), "--iters", str(lat_n), "--warmup", str(warm_lat)],
-        LAT_SIZE, parse_osu))
+        LAT_SIZE, "osu_pingpong"))
     out.append(Case(
         "mpi_bw", "bw", "bw_MBps", f"osu_pingpong bw window {OSU_WINDOW} (Open MPI pml ucx)", None,
         [*MPIRUN, GUEST_OSU, "bw", str(BW_SIZE), str(loops), str(warm_loops), str(OSU_WINDOW)],
         [*mpi_fab, "--pattern", "bw", "--sizes", str(BW_SIZE), "--iters", str(loops * OSU_WINDOW),
          "--warmup", str(warm_loops * OSU_WINDOW), "--tx-depth", str(OSU_WINDOW)],
-        BW_SIZE, parse_osu))
+        BW_SIZE, "osu_pingpong"))
     rs_fab = [*FAB, "--backend", "rsocket", "--device", "rxe0", "--rsocket-sndbuf", str(RSTREAM_BUF),
               "--rsocket-rcvbuf", str(RSTREAM_BUF)]
     for kind, size, iters, count in (("lat", RS_LAT_SIZE, lat_n, 1), ("bw", BW_SIZE, 1, bw_n)):
@@ -172,7 +156,7 @@ def cases(lat_n: int, bw_n: int) -> list[Case]:
             f"rsocket_{kind}", kind, "lat_mean_us" if kind == "lat" else "bw_MBps", f"rstream {kind}",
             " ".join(common), [*common, "-s", "server"],
             [*rs_fab, "--pattern", kind, "--sizes", str(size), "--iters", str(iters * count)],
-            size, partial(parse_rstream, moved=2 * iters * count * size if kind == "bw" else 0)))
+            size, "rstream", {"moved": 2 * iters * count * size if kind == "bw" else 0}))
     return out
 
 
@@ -284,8 +268,10 @@ def render(rows: list[dict[str, Any]], context: str = "") -> str:
         "ends with the peer (P F P F ... P). **sandwich** = the median over repeats of fabscope / (mean of the",
         "peer's runs just before and just after it), leaving out a repeat whose two peer runs differ by more",
         "than 15 % (the guests changed speed between them); **met** is judged on it (latency: goal <= 1.05;",
-        "bandwidth in MB/s = 10^6 B/s: goal >= 0.95). `ratio per repeat` is fabscope / the peer run just",
-        "before it, with its worst and median, for information.",
+        "bandwidth in MB/s = 10^6 B/s: goal >= 0.95). While fewer than 3 sandwiches count, the chain runs",
+        "one more repeat, up to twice the repeats asked for (bench/sandwich.py; decided on the peer's runs",
+        "alone, never on fabscope's). `ratio per repeat` is fabscope / the peer run just before it, with its",
+        "worst and median, for information.",
         "",
     ]
     if context:

@@ -7,11 +7,13 @@ boot whose server guest runs the testbed's default `fabscope serve`.
 Also called by middleware_cases.py (run_plan) when its boot carries a plan (the test's smallest mode).
 PLAN.json (written by the host script): {"repeats": R, "cases": [{"name", "peer_server" (shell
 command for the server guest, started over ssh, or null when the peer launches both halves itself,
-as mpirun does), "peer_client" (argv), "fabscope" (argv)}]}. Each case runs as a chain that starts
-and ends with the peer, P F P F ... P (R fabscope runs, R + 1 peer runs), so every fabscope run has
-the peer's run right before and right after it (the host's sandwiches). One JSON line per run in
+as mpirun does), "peer_client" (argv), "fabscope" (argv), "peer_figure" (how the peer's output is
+read, bench/peer_output.py)}]}. Each case runs as a chain that starts and ends with the peer,
+P F P F ... P (at least R fabscope runs, one more peer run), so every fabscope run has the peer's
+run right before and right after it (the host's sandwiches). One JSON line per run in
 OUTDIR/bench.jsonl (argv, exit status, output); the host parses the figures after the guests
-powered off, so nothing here judges.
+powered off. The one thing judged here is whether a chain needs more repeats, from the peer's runs
+alone (run_chain).
 """
 from __future__ import annotations
 
@@ -23,6 +25,13 @@ import time
 
 from middleware_cases import run_peer  # same directory
 from placement_client import write_placement
+
+# bench/ beside this directory, or the repo's, read-only at /fabscope in every guest (a test's boot
+# runs this file from its own share)
+_BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
+sys.path.insert(0, _BENCH if os.path.isfile(os.path.join(_BENCH, "sandwich.py")) else "/fabscope/bench")
+from peer_output import peer_figure  # noqa: E402  (bench/: how each peer's output is read)
+from sandwich import chain_needs_more  # noqa: E402  (bench/: the benches' one sandwich rule)
 
 TIMEOUT_S = 180  # one tool's run; under TCG the slowest (mpirun + 64 KiB bw) takes ~40 s
 
@@ -44,21 +53,45 @@ def run_plan(plan: dict, out_dir: str) -> None:
     with open(os.path.join(out_dir, "bench.jsonl"), "a") as out:
         repeats = int(plan["repeats"])
         for case in plan["cases"]:
-            chain = [(rep, tool) for rep in range(repeats) for tool in ("peer", "fabscope")]
-            chain.append((repeats, "peer"))
-            for seq, (rep, tool) in enumerate(chain):
-                write_placement(out, case["name"], seq)
-                if tool == "fabscope":
-                    rec = run_local(case["fabscope"])
-                elif case.get("peer_server"):
-                    rec = run_peer(case["peer_server"], case["peer_client"], TIMEOUT_S)
-                else:
-                    rec = run_local(case["peer_client"])
-                rec.update(section="bench", bench=case["name"], tool=tool, rep=rep)
-                out.write(json.dumps(rec) + "\n")
-                out.flush()
-                print(f"[bench] {case['name']} {tool} rep {rep}: rc={rec['rc']} {rec['elapsed_s']} s", flush=True)
-            write_placement(out, case["name"], len(chain))
+            run_chain(case, repeats, out)
+
+
+def run_chain(case: dict, repeats: int, out) -> None:
+    """One case's chain, P F P F ... P: `repeats` fabscope runs, and more (bench/sandwich.py's
+    chain_needs_more, judged on the peer's runs alone) while fewer sandwiches than it asks for have
+    two peer runs that agree."""
+    peer: dict[int, float | None] = {}
+    fab_ok: list[int] = []
+    seq = 0
+
+    def run(tool: str, rep: int) -> dict:
+        nonlocal seq
+        write_placement(out, case["name"], seq)
+        seq += 1
+        if tool == "fabscope":
+            rec = run_local(case["fabscope"])
+        elif case.get("peer_server"):
+            rec = run_peer(case["peer_server"], case["peer_client"], TIMEOUT_S)
+        else:
+            rec = run_local(case["peer_client"])
+        rec.update(section="bench", bench=case["name"], tool=tool, rep=rep)
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+        print(f"[bench] {case['name']} {tool} rep {rep}: rc={rec['rc']} {rec['elapsed_s']} s", flush=True)
+        return rec
+
+    def run_peer_tool(rep: int) -> None:
+        rec = run("peer", rep)
+        peer[rep] = peer_figure(case["peer_figure"], rec["rc"], rec.get("output") or "")
+
+    run_peer_tool(0)
+    rep = 0
+    while chain_needs_more(peer, fab_ok, repeats, rep):
+        if run("fabscope", rep)["rc"] == 0:
+            fab_ok.append(rep)
+        rep += 1
+        run_peer_tool(rep)  # closes the sandwich
+    write_placement(out, case["name"], seq)
 
 
 def main() -> int:

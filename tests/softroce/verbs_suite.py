@@ -29,6 +29,12 @@ import time
 
 from placement_client import write_placement  # same directory
 
+# bench/ beside this directory, or the repo's, read-only at /fabscope in every guest (a test's boot
+# runs this file from its own share)
+_BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
+sys.path.insert(0, _BENCH if os.path.isfile(os.path.join(_BENCH, "sandwich.py")) else "/fabscope/bench")
+from sandwich import chain_needs_more  # noqa: E402  (bench/: the benches' one sandwich rule)
+
 ENGINE = os.environ.get("FS_ENGINE", "fabscope-engine")
 TIMEOUT = "30"  # engine --timeout: TCG is slow, a slow peer is not a dead one
 DEV = os.environ.get("FS_RDMA_DEV", "rxe0")
@@ -398,6 +404,15 @@ def finish_server(srv: subprocess.Popen, timeout: float = 40) -> tuple[int | Non
     return srv.returncode, getattr(srv, "early_output", "") + so + se, cost
 
 
+def perftest_figure(res: dict, lat: bool) -> float | None:
+    """The figure of one perftest run that the benches compare: its typical latency (ib_*_lat's
+    t_typical, us) or its message rate (Mpps), None when the run failed."""
+    if res.get("rc") != 0:
+        return None
+    v = res.get("t_typical") if lat else res.get("msg_rate_mpps")
+    return float(v) if isinstance(v, (int, float)) else None
+
+
 def perftest_run(tool: str, args: list[str], lat: bool, remote: bool = False) -> dict:
     """One perftest pair: the server here (single guest) or in the server guest (remote)."""
     common = ["-d", DEV, "-x", str(gid_index()), "-p", str(PERFTEST_PORT)] + args
@@ -482,12 +497,51 @@ def fabscope_args(name: str, fargs: list[str], lat: bool, n: int, settings: dict
     return fargs + extra
 
 
+def bench_chain(out, name: str, tool: str, pargs: list[str], fargs: list[str], lat: bool, n: int,
+                repeats: int, remote: bool) -> None:
+    """One case's chain, P F P F ... P: `repeats` fabscope runs, and more (bench/sandwich.py's
+    chain_needs_more, judged on perftest's runs alone) while fewer sandwiches than it asks for have
+    two perftest runs that agree. The host probes where its CPUs are before each run and after the
+    last (write_placement, by position in the chain)."""
+    settings: dict = {}
+    peer: dict[int, float | None] = {}
+    fab_ok: list[int] = []
+    seq = 0
+
+    def run_perftest(rep: int) -> None:
+        nonlocal settings, seq
+        write_placement(out, name, seq)
+        seq += 1
+        pres = perftest_run(tool, pargs, lat, remote=remote)
+        if not settings and pres.get("rc") == 0:
+            settings = pres  # the very first run's printed settings are fabscope's
+        peer[rep] = perftest_figure(pres, lat)
+        out.write(json.dumps({"section": "bench", "bench": name, "tool": "perftest", "rep": rep,
+                              "cmd": tool, "args": pargs, **pres}) + "\n")
+        out.flush()
+        log(f"bench/{name} perftest rep {rep}: {peer[rep]} rc={pres['rc']}")
+
+    run_perftest(0)
+    rep = 0
+    while chain_needs_more(peer, fab_ok, repeats, rep):
+        write_placement(out, name, seq)
+        seq += 1
+        rec = engine_case("bench-fabscope", f"{name}-{rep}", fabscope_args(name, fargs, lat, n, settings),
+                          out=out, tag={"section": "bench", "bench": name, "tool": "fabscope", "rep": rep},
+                          remote=remote)
+        if rec.get("rc") == 0:
+            fab_ok.append(rep)
+        rep += 1
+        run_perftest(rep)  # closes the sandwich
+    write_placement(out, name, seq)
+
+
 def bench(out, repeats: int = 3, lat_n: int = 1000, bw_n: int = 2000, only: list[str] | None = None,
           remote: bool = False, more: bool = False) -> None:
-    """perftest and fabscope, `repeats` fabscope runs per case, as a chain that starts and ends
-    with perftest (P F P F ... P): each fabscope run has a perftest run right before and right after
-    it (bench/softroce_vs_perftest.py's sandwiches). remote: every server runs in the server guest
-    (bench-server section there), so each busy poller has a vCPU of its own."""
+    """perftest and fabscope, at least `repeats` fabscope runs per case, as a chain that starts
+    and ends with perftest (bench_chain): each fabscope run has a perftest run right before and
+    right after it (bench/softroce_vs_perftest.py's sandwiches). remote: every server runs in the
+    server guest (bench-server section there), so each busy poller has a vCPU of its own."""
     cases = ALL_BENCH if more else BENCH + BENCH_EVENT
     if remote:
         info = bench_ctl({"cmd": "info"})
@@ -498,27 +552,7 @@ def bench(out, repeats: int = 3, lat_n: int = 1000, bw_n: int = 2000, only: list
             continue
         pargs = [a.format(lat_n=lat_n, bw_n=bw_n, bw_small_n=bw_n * SMALL_BW_FACTOR) for a in pargs]
         n = int(pargs[pargs.index("-n") + 1])  # the same count for both tools
-        settings: dict = {}
-        # the very first run is perftest's, whose printed settings fabscope then uses; the last
-        # closes the last sandwich
-        chain = [(rep, who) for rep in range(repeats) for who in ("perftest", "fabscope")]
-        chain.append((repeats, "perftest"))
-        for seq, (rep, who) in enumerate(chain):
-            write_placement(out, name, seq)
-            if who == "perftest":
-                pres = perftest_run(tool, pargs, lat, remote=remote)
-                if not settings and pres.get("rc") == 0:
-                    settings = pres
-                out.write(json.dumps({"section": "bench", "bench": name, "tool": "perftest", "rep": rep,
-                                      "cmd": tool, "args": pargs, **pres}) + "\n")
-                out.flush()
-                log(f"bench/{name} perftest rep {rep}: "
-                    f"{pres.get('t_typical', pres.get('msg_rate_mpps'))} rc={pres['rc']}")
-            else:
-                engine_case("bench-fabscope", f"{name}-{rep}", fabscope_args(name, fargs, lat, n, settings),
-                            out=out, tag={"section": "bench", "bench": name, "tool": "fabscope", "rep": rep},
-                            remote=remote)
-        write_placement(out, name, len(chain))
+        bench_chain(out, name, tool, pargs, fargs, lat, n, repeats, remote)
     if remote:
         bench_ctl({"cmd": "quit"})
 

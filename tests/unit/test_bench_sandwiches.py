@@ -53,3 +53,20 @@ def test_the_verbs_table_judges_the_sandwiches_not_the_medians() -> None:
     assert row["met"] is True
     assert row["ratio"] == pytest.approx(299 / 245)
     assert row["runs"] == 3 and row["n_perftest"] == 4
+
+
+def test_a_chain_runs_its_repeats_then_more_while_too_few_sandwiches_count() -> None:
+    from sandwich import MIN_SANDWICHES, chain_needs_more, usable
+
+    assert MIN_SANDWICHES == 3
+    stable = {0: 100.0, 1: 101.0, 2: 99.0, 3: 100.0}
+    assert chain_needs_more(stable, [0, 1], repeats=3, done=2)  # the repeats asked for come first
+    assert not chain_needs_more(stable, [0, 1, 2], repeats=3, done=3)  # three sandwiches count
+    # The guests changed speed under repeat 1 (100 -> 140): two sandwiches count, so one more runs
+    moved = {0: 100.0, 1: 100.0, 2: 140.0, 3: 141.0}
+    assert usable(moved, [0, 1, 2]) == ([0, 2], [1])
+    assert chain_needs_more(moved, [0, 1, 2], repeats=3, done=3)
+    # and no more than the repeats asked for again: a chain whose peer never settles ends.
+    assert not chain_needs_more(moved, [0, 1, 2], repeats=3, done=6)
+    # A fabscope run that failed leaves its sandwich out of the count too.
+    assert chain_needs_more(stable, [0, 2], repeats=3, done=3)
