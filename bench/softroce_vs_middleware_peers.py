@@ -99,16 +99,17 @@ class Case:
                  fabscope: list[str], size: int, parser: str, parser_kwargs: dict[str, Any] | None = None) -> None:
         self.name, self.kind, self.metric, self.peer = name, kind, metric, peer
         self.peer_server, self.peer_client, self.fabscope, self.size = peer_server, peer_client, fabscope, size
-        # how the peer's output is read (bench/peer_output.py), by name: the guest reads it too
+        # how the peer's output is read: a parser of bench/peer_output.py by name, which the guest
+        # half (plan's "peer_figure") uses too
         self.parser, self.parser_kwargs = parser, parser_kwargs or {}
-        self.peer_parser = {"parser": parser, "kwargs": self.parser_kwargs, "metric": metric}
 
     def parse_peer(self, text: str) -> dict[str, float]:
         return PARSERS[self.parser](text, **self.parser_kwargs)
 
     def plan(self) -> dict[str, Any]:
         return {"name": self.name, "peer_server": self.peer_server, "peer_client": self.peer_client,
-                "fabscope": self.fabscope, "peer_figure": self.peer_parser}
+                "fabscope": self.fabscope,
+                "peer_figure": {"parser": self.parser, "kwargs": self.parser_kwargs, "metric": self.metric}}
 
 
 def cases(lat_n: int, bw_n: int) -> list[Case]:

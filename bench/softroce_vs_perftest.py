@@ -77,11 +77,6 @@ def _fab_value(rec: dict[str, Any], lat: bool) -> float | None:
     return float(v) if isinstance(v, (int, float)) else None
 
 
-def _perf_value(rec: dict[str, Any], lat: bool) -> float | None:
-    v = verbs_suite.perftest_figure(rec, lat)
-    return float(v) if v is not None else None
-
-
 def _spread(xs: list[float]) -> dict[str, float | None]:
     """min, max and (max - min) / median of one tool's repeats."""
     if not xs:
@@ -173,7 +168,7 @@ def table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for name in names:
         lat = "_lat" in name
         mine = [r for r in from_suite if r.get("bench") == name]
-        perf = [_perf_value(r, lat) for r in mine if r.get("tool") == "perftest"]
+        perf = [verbs_suite.perftest_figure(r, lat) for r in mine if r.get("tool") == "perftest"]
         fab = [_fab_value(r, lat) for r in mine if r.get("tool") == "fabscope"]
         perf_ok = [x for x in perf if x]
         fab_ok = [x for x in fab if x]
@@ -182,7 +177,7 @@ def table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ratio = (fm / pm) if (pm and fm) else None
         by_rep: dict[int, dict[str, float]] = {}
         for r in mine:
-            v = _perf_value(r, lat) if r.get("tool") == "perftest" else _fab_value(r, lat)
+            v = verbs_suite.perftest_figure(r, lat) if r.get("tool") == "perftest" else _fab_value(r, lat)
             if v:
                 by_rep.setdefault(int(r.get("rep", 0)), {})[str(r.get("tool"))] = v
         paired = [d["fabscope"] / d["perftest"] for d in by_rep.values() if "fabscope" in d and "perftest" in d]
