@@ -9,7 +9,7 @@ whether to go on is decided by the peer's runs (and the CPU placement probes, on
 never by fabscope's figures, so measuring more cannot lean the verdict either way."""
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 STABLE = 0.15  # the peer's two runs may differ by this much (relative to the smaller) to count
 MIN_SANDWICHES = 3  # a chain is extended until its verdict rests on this many (see chain_needs_more)
@@ -45,3 +45,18 @@ def chain_needs_more(peer: Mapping[int, float | None], fab_reps: Iterable[int], 
     """needs_more for a chain P0 F0 P1 ... (the Soft-RoCE benches): the sandwiches that count are
     `usable`'s."""
     return needs_more(len(usable(peer, fab_reps)[0]), repeats, done)
+
+
+def run_chain(run_peer: Callable[[int], float | None], run_fabscope: Callable[[int], bool], repeats: int) -> int:
+    """Drives one chain P0 F0 P1 F1 ... Pn: `run_peer(i)` makes the peer's run i and returns its
+    figure (None: none); `run_fabscope(i)` makes fabscope's run i and says whether it finished.
+    `repeats` fabscope runs, then more while chain_needs_more says so. Returns how many ran."""
+    peer = {0: run_peer(0)}
+    finished: list[int] = []
+    rep = 0
+    while chain_needs_more(peer, finished, repeats, rep):
+        if run_fabscope(rep):
+            finished.append(rep)
+        rep += 1
+        peer[rep] = run_peer(rep)  # closes the sandwich
+    return rep

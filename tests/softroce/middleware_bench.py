@@ -31,7 +31,7 @@ from placement_client import write_placement
 _BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
 sys.path.insert(0, _BENCH if os.path.isfile(os.path.join(_BENCH, "sandwich.py")) else "/fabscope/bench")
 from peer_output import peer_figure  # noqa: E402  (bench/: how each peer's output is read)
-from sandwich import chain_needs_more  # noqa: E402  (bench/: the benches' one sandwich rule)
+from sandwich import run_chain as drive_chain  # noqa: E402  (bench/: the benches' one sandwich rule)
 
 TIMEOUT_S = 180  # one tool's run; under TCG the slowest (mpirun + 64 KiB bw) takes ~40 s
 
@@ -57,11 +57,8 @@ def run_plan(plan: dict, out_dir: str) -> None:
 
 
 def run_chain(case: dict, repeats: int, out) -> None:
-    """One case's chain, P F P F ... P: `repeats` fabscope runs, and more (bench/sandwich.py's
-    chain_needs_more, judged on the peer's runs alone) while fewer sandwiches than it asks for have
-    two peer runs that agree."""
-    peer: dict[int, float | None] = {}
-    fab_ok: list[int] = []
+    """One case's chain, P F P F ... P, driven by bench/sandwich.py's run_chain: `repeats`
+    fabscope runs, and more while fewer than three sandwiches have two peer runs that agree."""
     seq = 0
 
     def run(tool: str, rep: int) -> dict:
@@ -80,17 +77,11 @@ def run_chain(case: dict, repeats: int, out) -> None:
         print(f"[bench] {case['name']} {tool} rep {rep}: rc={rec['rc']} {rec['elapsed_s']} s", flush=True)
         return rec
 
-    def run_peer_tool(rep: int) -> None:
+    def run_peer_tool(rep: int) -> float | None:
         rec = run("peer", rep)
-        peer[rep] = peer_figure(case["peer_figure"], rec["rc"], rec.get("output") or "")
+        return peer_figure(case["peer_figure"], rec["rc"], rec.get("output") or "")
 
-    run_peer_tool(0)
-    rep = 0
-    while chain_needs_more(peer, fab_ok, repeats, rep):
-        if run("fabscope", rep)["rc"] == 0:
-            fab_ok.append(rep)
-        rep += 1
-        run_peer_tool(rep)  # closes the sandwich
+    drive_chain(run_peer_tool, lambda rep: run("fabscope", rep)["rc"] == 0, repeats)
     write_placement(out, case["name"], seq)
 
 

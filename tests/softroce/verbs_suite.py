@@ -33,7 +33,7 @@ from placement_client import write_placement  # same directory
 # runs this file from its own share)
 _BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
 sys.path.insert(0, _BENCH if os.path.isfile(os.path.join(_BENCH, "sandwich.py")) else "/fabscope/bench")
-from sandwich import chain_needs_more  # noqa: E402  (bench/: the benches' one sandwich rule)
+from sandwich import run_chain  # noqa: E402  (bench/: the benches' one sandwich rule)
 
 ENGINE = os.environ.get("FS_ENGINE", "fabscope-engine")
 TIMEOUT = "30"  # engine --timeout: TCG is slow, a slow peer is not a dead one
@@ -499,40 +499,37 @@ def fabscope_args(name: str, fargs: list[str], lat: bool, n: int, settings: dict
 
 def bench_chain(out, name: str, tool: str, pargs: list[str], fargs: list[str], lat: bool, n: int,
                 repeats: int, remote: bool) -> None:
-    """One case's chain, P F P F ... P: `repeats` fabscope runs, and more (bench/sandwich.py's
-    chain_needs_more, judged on perftest's runs alone) while fewer sandwiches than it asks for have
-    two perftest runs that agree. The host probes where its CPUs are before each run and after the
-    last (write_placement, by position in the chain)."""
+    """One case's chain, P F P F ... P, driven by bench/sandwich.py's run_chain: `repeats` fabscope
+    runs, and more while fewer than three sandwiches have two perftest runs that agree. The host
+    probes where its CPUs are before each run and after the last (write_placement, by position in
+    the chain)."""
     settings: dict = {}
-    peer: dict[int, float | None] = {}
-    fab_ok: list[int] = []
     seq = 0
 
-    def run_perftest(rep: int) -> None:
+    def run_perftest(rep: int) -> float | None:
         nonlocal settings, seq
         write_placement(out, name, seq)
         seq += 1
         pres = perftest_run(tool, pargs, lat, remote=remote)
         if not settings and pres.get("rc") == 0:
             settings = pres  # the very first run's printed settings are fabscope's
-        peer[rep] = perftest_figure(pres, lat)
         out.write(json.dumps({"section": "bench", "bench": name, "tool": "perftest", "rep": rep,
                               "cmd": tool, "args": pargs, **pres}) + "\n")
         out.flush()
-        log(f"bench/{name} perftest rep {rep}: {peer[rep]} rc={pres['rc']}")
+        figure = perftest_figure(pres, lat)
+        log(f"bench/{name} perftest rep {rep}: {figure} rc={pres['rc']}")
+        return figure
 
-    run_perftest(0)
-    rep = 0
-    while chain_needs_more(peer, fab_ok, repeats, rep):
+    def run_fabscope(rep: int) -> bool:
+        nonlocal seq
         write_placement(out, name, seq)
         seq += 1
         rec = engine_case("bench-fabscope", f"{name}-{rep}", fabscope_args(name, fargs, lat, n, settings),
                           out=out, tag={"section": "bench", "bench": name, "tool": "fabscope", "rep": rep},
                           remote=remote)
-        if rec.get("rc") == 0:
-            fab_ok.append(rep)
-        rep += 1
-        run_perftest(rep)  # closes the sandwich
+        return rec.get("rc") == 0
+
+    run_chain(run_perftest, run_fabscope, repeats)
     write_placement(out, name, seq)
 
 

@@ -70,3 +70,23 @@ def test_a_chain_runs_its_repeats_then_more_while_too_few_sandwiches_count() -> 
     assert not chain_needs_more(moved, [0, 1, 2], repeats=3, done=6)
     # A fabscope run that failed leaves its sandwich out of the count too.
     assert chain_needs_more(stable, [0, 2], repeats=3, done=3)
+
+
+def test_a_chain_is_driven_peer_first_and_last_and_extended_on_the_peers_runs() -> None:
+    from sandwich import run_chain
+
+    order: list[str] = []
+    figures = [100.0, 100.0, 150.0, 151.0, 150.0, 149.0]  # the peer's runs: a jump after run 1
+
+    def peer(i: int) -> float | None:
+        order.append(f"P{i}")
+        return figures[i]
+
+    def fab(i: int) -> bool:
+        order.append(f"F{i}")
+        return True
+
+    # Two repeats asked for; the sandwich across the jump (F1) does not count, so the chain runs on to
+    # F3, after which three count (F0, F2, F3); the cap, twice the repeats, is four as well.
+    assert run_chain(peer, fab, repeats=2) == 4
+    assert order == ["P0", "F0", "P1", "F1", "P2", "F2", "P3", "F3", "P4"]
