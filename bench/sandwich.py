@@ -60,3 +60,8 @@ def run_chain(run_peer: Callable[[int], float | None], run_fabscope: Callable[[i
         rep += 1
         peer[rep] = run_peer(rep)  # closes the sandwich
     return rep
+
+
+def sandwich_cell(ratio: float | None, used: list[float], left_out: list[int]) -> str:
+    """A row's sandwich verdict as the tables show it: the median, and how many sandwiches it rests on."""
+    return ("-" if ratio is None else f"{ratio:.3f}") + f" ({len(used)} of {len(used) + len(left_out)})"

@@ -62,6 +62,7 @@ from typing import Any
 # bench/ is sys.path[0] when this file runs as a script.
 from middleware_peers import OSU_BIN, build_osu
 from peer_output import PARSERS, BenchError, tail
+from sandwich import sandwich_cell
 from softroce_vs_perftest import (
     GOAL_BW,
     GOAL_LAT,
@@ -70,7 +71,6 @@ from softroce_vs_perftest import (
     placement_agent,
     placement_effect,
     placements_of,
-    sandwich_cell,
     sandwiches,
 )
 from tcp_peers import REPO, fabscope_values, parse_fabscope

@@ -44,7 +44,7 @@ from typing import Any
 
 # bench/ is sys.path[0] when this file runs as a script (and mypy resolves it the same way).
 from placement import GuestAgent
-from sandwich import usable
+from sandwich import sandwich_cell, usable
 
 REPO = Path(__file__).resolve().parents[1]
 # The guest side reads perftest's figure to decide whether a chain needs more repeats; the table
@@ -110,11 +110,6 @@ def placements_of(records: list[dict[str, Any]], bench: str) -> dict[int, float 
     if not mine:
         return None
     return {int(r["seq"]): float(r["rtt_ns"]) if isinstance(r.get("rtt_ns"), (int, float)) else None for r in mine}
-
-
-def sandwich_cell(ratio: float | None, used: list[float], left_out: list[int]) -> str:
-    """A row's sandwich verdict as the tables show it: the median, and how many sandwiches it rests on."""
-    return ("-" if ratio is None else f"{ratio:.3f}") + f" ({len(used)} of {len(used) + len(left_out)})"
 
 
 NEAR_NS = 250.0  # a probe below this: the two host CPUs share a cache (~50-100 ns); above: ~500 ns

@@ -1,0 +1,77 @@
+"""bench/runs_table.py: several runs of a Soft-RoCE bench side by side (each run's verdicts, and
+the sandwiches of all runs pooled), from the --json files both benches write."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from runs_table import main
+
+
+def _verbs_row(name: str, used: list[float], left_out: list[int], lat: bool = True) -> dict[str, Any]:
+    med = sorted(used)[len(used) // 2] if used else None
+    goal = 1.05 if lat else 0.95
+    met = None if med is None else (med <= goal if lat else med >= goal)
+    return {"bench": name, "lat": lat, "goal": goal, "sandwich_ratio": med, "sandwich_ratios": used,
+            "sandwich_left_out": left_out, "met": met}
+
+
+def _write(tmp: Path, name: str, rows: list[dict[str, Any]]) -> Path:
+    p = tmp / name
+    p.write_text(json.dumps({"mode": "two-guests", "rows": rows}))
+    return p
+
+
+def _lines(out: str, row: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith(f"| {row} |")]
+
+
+def test_a_row_missed_in_one_run_is_not_met_in_all_while_its_pool_may_meet(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run1 = _write(tmp_path, "r1.json", [_verbs_row("send_lat", [1.06, 1.07, 1.08], [4]),
+                                        _verbs_row("send_bw", [1.0, 1.01, 0.99], [], lat=False)])
+    run2 = _write(tmp_path, "r2.json", [_verbs_row("send_lat", [1.00, 1.01, 1.02], []),
+                                        _verbs_row("send_bw", [0.97, 0.98, 0.96], [], lat=False)])
+    assert main([str(run1), str(run2)]) == 0
+    out = capsys.readouterr().out
+    per_run, pooled = _lines(out, "send_lat")
+    assert per_run == "| send_lat | 1.070 (3 of 4) NO | 1.010 (3 of 3) | <= 1.05 | NO |"
+    # six sandwiches pooled: median (1.02 + 1.06) / 2 = 1.04, under the goal
+    assert pooled == "| send_lat | 6 | 1.040 | 1.010-1.070 | <= 1.05 | yes |"
+    bw_run, bw_pool = _lines(out, "send_bw")
+    assert bw_run.endswith("| >= 0.95 | yes |")
+    assert bw_pool.startswith("| send_bw | 6 | 0.985 |")
+    assert "Goals met per run: 1 of 2, 2 of 2." in out
+
+
+def test_the_middleware_bench_rows_are_read_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    row = {"bench": "mpi_bw", "kind": "bw", "goal": 0.95, "sandwich": 0.9, "sandwich_ratios": [0.9, 0.9],
+           "sandwich_left_out": [], "met": False}
+    assert main([str(_write(tmp_path, "m.json", [row]))]) == 0
+    out = capsys.readouterr().out
+    assert _lines(out, "mpi_bw") == ["| mpi_bw | 0.900 (2 of 2) NO | >= 0.95 | NO |",
+                                     "| mpi_bw | 2 | 0.900 | 0.900-0.900 | >= 0.95 | NO |"]
+    assert "The sandwiches of 1 run pooled:" in out
+
+
+def test_runs_of_different_benches_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = _write(tmp_path, "a.json", [_verbs_row("send_lat", [1.0], [])])
+    b = _write(tmp_path, "b.json", [_verbs_row("read_lat", [1.0], [])])
+    assert main([str(a), str(b)]) == 2
+    assert "run 2 has other rows than run 1" in capsys.readouterr().err
+
+
+def test_a_file_that_is_not_a_bench_result_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps({"schema": "fabscope.result/1"}))
+    assert main([str(p)]) == 2
+    assert "no `rows`" in capsys.readouterr().err
+    p.write_text(json.dumps({"rows": [{"bench": "send_lat"}]}))
+    assert main([str(p)]) == 2
+    assert "without the sandwich fields" in capsys.readouterr().err
