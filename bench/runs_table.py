@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandwich import sandwich_cell
+from sandwich import meets, sandwich_cell
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,6 @@ def load(path: Path) -> list[RowRun]:
     if not isinstance(rows, list) or not rows:
         raise RunsError(f"{path}: no `rows`: not the --json output of a Soft-RoCE bench")
     return [row_run(r) for r in rows]
-
-
-def meets(is_lat: bool, goal: float, value: float) -> bool:
-    return value <= goal if is_lat else value >= goal
 
 
 def per_run_table(runs: list[list[RowRun]]) -> list[str]:

@@ -65,3 +65,8 @@ def run_chain(run_peer: Callable[[int], float | None], run_fabscope: Callable[[i
 def sandwich_cell(ratio: float | None, used: list[float], left_out: list[int]) -> str:
     """A row's sandwich verdict as the tables show it: the median, and how many sandwiches it rests on."""
     return ("-" if ratio is None else f"{ratio:.3f}") + f" ({len(used)} of {len(used) + len(left_out)})"
+
+
+def meets(is_lat: bool, goal: float, ratio: float) -> bool:
+    """Whether a ratio fabscope / peer meets its goal: at most the goal for latency, at least it otherwise."""
+    return ratio <= goal if is_lat else ratio >= goal

@@ -62,7 +62,7 @@ from typing import Any
 # bench/ is sys.path[0] when this file runs as a script.
 from middleware_peers import OSU_BIN, build_osu
 from peer_output import PARSERS, BenchError, tail
-from sandwich import sandwich_cell
+from sandwich import meets, sandwich_cell
 from softroce_vs_perftest import (
     GOAL_BW,
     GOAL_LAT,
@@ -224,7 +224,7 @@ def table(records: list[dict[str, Any]], all_cases: list[Case]) -> list[dict[str
                                     {k: by_rep[k].get("fabscope") for k in fab_reps})
         sandwich = statistics.median(used) if used else None
         goal = GOAL_LAT if lat else GOAL_BW
-        met = None if sandwich is None else (sandwich <= goal if lat else sandwich >= goal)
+        met = None if sandwich is None else meets(lat, goal, sandwich)
         fab_rec = next((r for r in mine if r["tool"] == "fabscope" and _fab_result(case, r)), None)
         rows.append({"bench": case.name, "kind": case.kind, "metric": case.metric, "peer": case.peer,
                      "peer_all": [by_rep[k].get("peer") for k in sorted(by_rep)],

@@ -44,7 +44,7 @@ from typing import Any
 
 # bench/ is sys.path[0] when this file runs as a script (and mypy resolves it the same way).
 from placement import GuestAgent
-from sandwich import sandwich_cell, usable
+from sandwich import meets, sandwich_cell, usable
 
 REPO = Path(__file__).resolve().parents[1]
 # The guest side reads perftest's figure to decide whether a chain needs more repeats; the table
@@ -182,7 +182,7 @@ def table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         goal = GOAL_LAT if lat else GOAL_BW
         # The verdict is the sandwiches' (the two tools within seconds of each other, at one level
         # of the guests' speed); the ratio of the medians is shown beside it.
-        met = None if sandwich is None else (sandwich <= goal if lat else sandwich >= goal)
+        met = None if sandwich is None else meets(lat, goal, sandwich)
         cmd = next((r.get("cmd") for r in mine if r.get("tool") == "perftest"), "")
         pargs: list[str] = next((list(r.get("args") or []) for r in mine if r.get("tool") == "perftest"), [])
         settings = next((r for r in mine if r.get("tool") == "perftest" and r.get("rc") == 0), {})
