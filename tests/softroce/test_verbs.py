@@ -186,6 +186,22 @@ def test_functional_ok(guest: dict[str, Any], c: dict[str, Any]) -> None:
     assert local["verify"] == ("--verify" in c["args"])
 
 
+@pytest.mark.parametrize("name", ["rc-send-lat-rxdepth2", "ud-send-lat-rxdepth2"])
+def test_a_ping_pong_on_two_receives_answers_every_message_of_every_size(guest: dict[str, Any], name: str) -> None:
+    """With --rx-depth 2 a receive that the ping-pong failed to post again after its send would
+    leave the queue empty within two messages: every message of both sizes arrived, verified."""
+    if "functional" not in guest["sections"]:
+        pytest.skip("functional section not run")
+    rec = _get(guest, name)
+    assert rec["rc"] == 0, _explain(rec)
+    results = _results(rec)
+    assert len(results) == 2, _explain(rec)
+    for r in results:
+        assert r["transport"]["local"]["rx_depth"] == 2 and r["transport"]["peer"]["rx_depth"] == 2
+        assert r["iterations"] == 200 and r["latency_us"]["samples"] == 200, r["latency_us"]
+        assert r["transport"]["local"]["verify"] is True
+
+
 def test_the_guest_has_two_vcpus_and_the_engines_ran_on_both(guest: dict[str, Any]) -> None:
     """The fixture boots the guest with vcpus=2 (the suite's time halves): the engines' records say
     which CPU each ran on, and over the functional cases both CPUs carried an engine."""

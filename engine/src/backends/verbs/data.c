@@ -80,6 +80,31 @@ int vb_post_recvs(struct vb *v, struct vb_qp *q, int qi, uint32_t n, struct fs_e
     return 0;
 }
 
+/* A consumed receive is posted again at once, or in a ping-pong owed until the next send is
+ * posted (vb.defer_rx). */
+static int recv_consumed(struct vb *v, int qi, struct fs_err *err)
+{
+    if (!v->defer_rx)
+        return vb_post_recvs(v, &v->qp[qi], qi, 1, err);
+    v->qp[qi].rx_owed++;
+    v->rx_owed++;
+    return 0;
+}
+
+int vb_repost_owed(struct vb *v, struct fs_err *err)
+{
+    for (int i = 0; v->rx_owed && i < v->nqp; i++) {
+        struct vb_qp *q = &v->qp[i];
+        if (!q->rx_owed)
+            continue;
+        if (vb_post_recvs(v, q, i, q->rx_owed, err))
+            return -1;
+        v->rx_owed -= q->rx_owed;
+        q->rx_owed = 0;
+    }
+    return 0;
+}
+
 /* ---- per size ------------------------------------------------------------------------------- */
 
 /* A ping-pong does not wait for its own send completions, and with --cq-mod it may end on an
@@ -116,7 +141,7 @@ int vb_settle(void *be, struct fs_err *err)
                        "verbs: %" PRIu64 " operations of the phase never completed "
                        "within %d ms (peer gone?)",
                        v->unreported, v->timeout_ms);
-    return 0;
+    return vb_repost_owed(v, err); /* the next phase starts with every receive posted */
 }
 
 int vb_prepare(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
@@ -264,6 +289,9 @@ int vb_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
     v->unreported++;
     v->tx_seq++;
     v->rr++;
+    /* The message is on its way: now the receives a ping-pong consumed are posted again. */
+    if (v->rx_owed && vb_repost_owed(v, err))
+        return -1;
     return 1;
 }
 
@@ -273,7 +301,7 @@ static int on_recv(struct vb *v, const struct ibv_wc *wc, struct fs_err *err)
     const uint64_t hdr = v->svc == VB_UD ? VB_GRH : 0;
     int qi = WR_QPI(wc->wr_id);
     if (v->svc == VB_UD && wc->byte_len == VB_GRH)
-        return vb_post_recvs(v, &v->qp[qi], qi, 1, err) ? -1 : 0; /* sizes are >= 1 byte */
+        return recv_consumed(v, qi, err) ? -1 : 0; /* sizes are >= 1 byte */
     if (v->o.verify) {
         if (wc->byte_len != v->size + hdr)
             return fs_fail(err, FS_EXIT_MEASURE,
@@ -290,7 +318,7 @@ static int on_recv(struct vb *v, const struct ibv_wc *wc, struct fs_err *err)
     }
     v->rx_seq++;
     v->qp[qi].rx_msgs++;
-    return vb_post_recvs(v, &v->qp[qi], qi, 1, err) ? -1 : 1;
+    return recv_consumed(v, qi, err) ? -1 : 1;
 }
 
 static int poll_cq(struct vb *v, struct fs_events *ev, int *got, struct fs_err *err)
@@ -330,6 +358,10 @@ static int poll_cq(struct vb *v, struct fs_events *ev, int *got, struct fs_err *
 int vb_progress_now(struct vb *v, struct fs_events *ev, int *got, struct fs_err *err)
 {
     if (poll_cq(v, ev, got, err))
+        return -1;
+    /* A turn that found nothing: a receive still owed (the last message of a phase, or a
+     * completion the core has not answered) is posted here. */
+    if (!*got && v->rx_owed && vb_repost_owed(v, err))
         return -1;
     if (v->mem_poll) {
         volatile uint8_t *last = v->buf + v->rx_off + v->size - 1;

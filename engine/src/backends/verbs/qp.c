@@ -227,6 +227,9 @@ int vb_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
                            v->o.rx_depth, maxwr);
         v->rx_depth = maxwr;
     }
+    /* One message in flight, so with two receives or more one is always posted while the other
+     * waits for the next send; with one, a request could meet an empty queue (UC and UD drop it). */
+    v->defer_rx = v->needs_recv && v->pat == FS_PAT_LAT && v->rx_depth >= 2;
     uint64_t cqe = (uint64_t)v->nqp * (v->sq_depth + (v->needs_recv ? v->rx_depth : 1)) + 16;
     if (cqe > (uint64_t)v->dattr.max_cqe)
         return fs_fail(err, FS_EXIT_UNSUPPORTED,

@@ -103,6 +103,7 @@ struct vb_qp {
      * starts past them. */
     uint64_t phase_first_op;
     uint64_t rx_msgs; /* this phase: messages received on this QP */
+    uint32_t rx_owed; /* receives consumed and not posted again yet (see vb.defer_rx) */
 };
 
 struct vb {
@@ -161,6 +162,11 @@ struct vb {
     uint32_t sq_depth, rx_depth, cq_size;
     uint32_t inline_eff;
     int needs_recv;
+    /* A ping-pong posts the receives it consumed after its next send, not before it: the
+     * answer (or the next request) leaves one ibv_post_recv sooner on both sides (perftest
+     * posts it first). Set with rx_depth >= 2 only (qp.c). */
+    int defer_rx;
+    uint32_t rx_owed; /* the sum of qp[].rx_owed */
     struct ibv_ah *ah;
 
     /* peer */
@@ -278,6 +284,7 @@ void vb_cm_free_devices(struct vb *v);
 /* ---- data.c --------------------------------------------------------------------------------- */
 
 int vb_post_recvs(struct vb *v, struct vb_qp *q, int qi, uint32_t n, struct fs_err *err);
+int vb_repost_owed(struct vb *v, struct fs_err *err);
 int vb_progress_now(struct vb *v, struct fs_events *ev, int *got, struct fs_err *err);
 int vb_arm_cq(struct vb *v, struct fs_events *ev, int *got, struct fs_err *err);
 int vb_take_cq_event(struct vb *v, struct fs_events *ev, int *got, struct fs_err *err);
