@@ -226,6 +226,11 @@ def test_option_effects(guest: dict[str, Any]) -> None:
     # UD: closed by a zero-length send that the receiver does not count (counted, the receiver
     # would have more messages than were sent and the loss figure would wrap around)
     assert loc("ud-send-bw-cqmod16")["tail_flushes"] >= 1
+    # a ping-pong asks for a completion every tx-depth/2 sends (auto --cq-mod: the answer shows
+    # the send arrived); each phase's unsignaled tail (200 = 6 x 32 + 8) is closed as it settles
+    for name in ("rc-send-lat", "uc-send-lat", "ud-send-lat", "uc-write-lat"):
+        assert loc(name)["cq_mod"] == 32 and loc(name)["tail_flushes"] >= 2, (name, loc(name))
+    assert loc("rc-send-bw")["cq_mod"] == 1
     ud = _results(_get(guest, "ud-send-bw-cqmod16"))[0]
     assert 0 <= ud["lost_messages"] < 1001, ud["lost_messages"]
     assert loc("rc-write-lat")["arrival"].startswith("target polls the last byte")

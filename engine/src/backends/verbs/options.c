@@ -12,8 +12,11 @@ const struct fs_option vb_options[] = {
      "send/write payloads up to N bytes are copied into the work request (IBV_SEND_INLINE); "
      "-1 = auto: 220 for lat with send/write/write_imm when the QP allows it, 0 otherwise",
      0},
-    {"cq-mod", FS_OPT_INT, F(cq_mod), 1, 65536, "1", NULL,
-     "request a completion every N work requests (CQ moderation); must be <= --tx-depth", 0},
+    {"cq-mod", FS_OPT_INT, F(cq_mod), 0, 65536, "0", NULL,
+     "request a completion every N work requests (CQ moderation); must be <= --tx-depth. 0 = "
+     "auto: every request in bw/bibw; in a ping-pong every --tx-depth/2 (the answer shows the "
+     "send arrived, so its completion only frees send-queue room)",
+     0},
     {"qps", FS_OPT_INT, F(qps), 1, VB_MAX_QPS, "1", NULL,
      "queue pairs per device; work requests are posted round-robin over them (and over the "
      "devices of --device A,B)",
