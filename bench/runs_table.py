@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from dataclasses import dataclass
@@ -125,7 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     except RunsError as e:
         print(f"runs_table: {e}", file=sys.stderr)
         return 2
-    print("\n".join(lines))
+    try:
+        print("\n".join(lines), flush=True)
+    except BrokenPipeError:
+        # The reader stopped early (`| head`): nothing is wrong with the runs. stdout is pointed
+        # at /dev/null so the interpreter's own flush at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 

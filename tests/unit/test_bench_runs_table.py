@@ -75,3 +75,19 @@ def test_a_file_that_is_not_a_bench_result_is_refused(tmp_path: Path, capsys: py
     p.write_text(json.dumps({"rows": [{"bench": "send_lat"}]}))
     assert main([str(p)]) == 2
     assert "without the sandwich fields" in capsys.readouterr().err
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`runs_table.py ... | head -3`: the reader is gone before the tables are written; the script
+    ends quietly with 0 instead of a BrokenPipeError traceback."""
+    import subprocess
+
+    run = _write(tmp_path, "r1.json", [_verbs_row(f"row{i}_lat", [1.0, 1.01, 1.02], []) for i in range(50)])
+    script = Path(__file__).resolve().parents[2] / "bench" / "runs_table.py"
+    p = subprocess.Popen([sys.executable, str(script), str(run)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # before the interpreter has even started: its first write meets a closed pipe
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=30) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
