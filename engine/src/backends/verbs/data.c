@@ -208,7 +208,7 @@ int vb_post(void *be, enum fs_op op, uint64_t size, struct fs_err *err)
     const int passive_lat = v->pat == FS_PAT_LAT && fs_ops[op].lat_role == FS_ROLE_PASSIVE;
     /* Ask for a completion every cq-mod requests, and whenever the core is about to stop and
      * wait (its window is full) or the send queue needs room. */
-    int sig = passive_lat || q->unsig_ops + 1 >= (uint64_t)v->o.cq_mod ||
+    int sig = passive_lat || q->unsig_ops + 1 >= v->cq_mod ||
               v->unreported + 1 >= (uint64_t)v->window || q->slots + 3 > v->sq_depth;
     uint64_t seq = v->tx_seq;
     switch (op) {
@@ -385,7 +385,7 @@ int vb_progress_now(struct vb *v, struct fs_events *ev, int *got, struct fs_err 
     /* A run of unsignaled requests with nothing signaled behind it would never report: the
      * core stopped posting (window full or phase over), so close the run. Only where the core
      * waits for initiator completions. */
-    if (v->o.cq_mod > 1 && (v->pat != FS_PAT_LAT))
+    if (v->cq_mod > 1 && (v->pat != FS_PAT_LAT))
         for (int i = 0; i < v->nqp; i++)
             if (v->qp[i].unsig_ops && !v->qp[i].sig_inflight && post_flush(v, &v->qp[i], i, err))
                 return -1;

@@ -106,7 +106,7 @@ void vb_describe(void *be, cJSON *o)
     cJSON_AddNumberToObject(m, "used", v->mtu_used);
     cJSON_AddStringToObject(m, "selection", v->mtu_sel);
     cJSON_AddNumberToObject(o, "inline", v->inline_eff);
-    cJSON_AddNumberToObject(o, "cq_mod", v->o.cq_mod);
+    cJSON_AddNumberToObject(o, "cq_mod", (double)v->cq_mod);
     cJSON_AddNumberToObject(o, "tail_flushes", (double)v->tail_flushes);
     cJSON_AddNumberToObject(o, "sq_depth", v->sq_depth);
     cJSON_AddNumberToObject(o, "rx_depth", v->needs_recv ? v->rx_depth : 0);

@@ -373,7 +373,7 @@ static void vbm_describe(void *be, cJSON *o)
         cJSON_AddNumberToObject(o, "port", port);
     cJSON_AddStringToObject(o, "qp_type", vb_svc_name(m->d[0]->svc));
     cJSON_AddNumberToObject(o, "qps_per_device", m->d[0]->nqp);
-    cJSON_AddNumberToObject(o, "cq_mod", m->d[0]->o.cq_mod);
+    cJSON_AddNumberToObject(o, "cq_mod", (double)m->d[0]->cq_mod);
     cJSON_AddNumberToObject(o, "tail_flushes", (double)flushes);
     cJSON_AddBoolToObject(o, "cm", 0);
     cJSON_AddBoolToObject(o, "verify", m->d[0]->o.verify);

@@ -192,8 +192,9 @@ int vb_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
      * 2 % faster with one every 64: 30 alternated pairs, 21 lower). perftest's latency tests ask
      * for every one (tx depth 1). Half the depth keeps the next completion back before the
      * queue fills, so a post never waits for one. */
-    if (v->o.cq_mod == 0)
-        v->o.cq_mod = v->pat == FS_PAT_LAT && v->tx_depth >= 2 ? v->tx_depth / 2 : 1;
+    v->cq_mod = v->o.cq_mod                             ? (uint64_t)v->o.cq_mod
+                : v->pat == FS_PAT_LAT && v->tx_depth >= 2 ? (uint64_t)v->tx_depth / 2
+                                                           : 1;
     v->timeout_ms = (int)(ctx->spec->timeout * 1000);
     v->nqp = (int)v->o.qps;
     v->gid_index = -1;

@@ -161,6 +161,7 @@ struct vb {
     int nqp;
     uint32_t sq_depth, rx_depth, cq_size;
     uint32_t inline_eff;
+    uint64_t cq_mod; /* the moderation used: --cq-mod, or its auto value (qp.c) */
     int needs_recv;
     /* A ping-pong posts the receives it consumed after its next send, not before it: the
      * answer (or the next request) leaves one ibv_post_recv sooner on both sides (perftest
