@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -142,3 +143,38 @@ def test_a_host_with_more_devices_than_a_snapshot_holds_says_so(tmp_path: Path) 
         assert rec["counters"][side]["truncated"] == {"limit": 128, "not_read": 3}
         assert len(rec["counters"][side]["net"]) == 128
     assert [w for w in rec["warnings"] if "not read" in w and "128" in w], rec["warnings"]
+
+
+def _block_stream(*args: str) -> dict[str, Any]:
+    out = fabscope("run", "--loopback", "--format", "json", "--poll", "block", "--iters", "200",
+                   "--warmup", "20", *args)
+    assert out.returncode == 0, out.stderr
+    (rec,) = json_lines(out.stdout)
+    return rec
+
+
+def test_a_stream_receiver_sleeping_in_recv_waits_for_the_message_not_every_arrival() -> None:
+    """--poll block, bw: the receiver (the server engine, transport.peer) sets SO_RCVLOWAT to the
+    message (--tcp-rcvlowat, default 1 MiB) before it sleeps, so it wakes about once a message
+    where every arrival woke it (3 sleeps a MiB on this VM; bench/RESULTS.md); the record carries
+    the value the kernel holds. The sender's socket, a ping-pong's and --tcp-rcvlowat 1 keep 1."""
+    rec = _block_stream("--pattern", "bw", "--sizes", "1M")
+    receiver, sender = rec["transport"]["peer"], rec["transport"]["local"]
+    assert (receiver["rcvlowat_bytes"], sender["rcvlowat_bytes"]) == (1 << 20, 1)
+    assert rec["config"]["backend_options"]["tcp-rcvlowat"] == 1 << 20
+    # At most about one sleep a message: each wait ends with the whole rest of one there (the
+    # control channel's heartbeats and a loaded machine's timeouts add a few).
+    assert rec["cpu_use"]["peer"]["voluntary_switches"] <= 1.5 * rec["iterations"] + 20, rec["cpu_use"]
+
+    # Never more than the rest of the message: a wait for bytes the sender will not send would
+    # last until the timeout. With a receive buffer fixed by --tcp-rcvbuf, a quarter of it: a
+    # wait for more would shut the window on the sender.
+    assert _block_stream("--pattern", "bw", "--sizes", "64K", "--tcp-rcvlowat", "4M")["transport"]["peer"][
+        "rcvlowat_bytes"] == 64 << 10
+    capped = _block_stream("--pattern", "bw", "--sizes", "1M", "--tcp-rcvbuf", "256K")
+    assert capped["transport"]["peer"]["rcvlowat_bytes"] == capped["transport"]["peer"]["rcvbuf_bytes"] // 4
+
+    every = _block_stream("--pattern", "bw", "--sizes", "1M", "--tcp-rcvlowat", "1")
+    assert every["transport"]["peer"]["rcvlowat_bytes"] == 1
+    pingpong = _block_stream("--pattern", "lat", "--sizes", "1M")
+    assert {pingpong["transport"][s]["rcvlowat_bytes"] for s in ("local", "peer")} == {1}
