@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench_cpu.h"
+
 #define ROUNDS_PER_BATCH 2000
 #define MAX_BATCHES 100000
 
@@ -24,20 +26,6 @@ static _Alignas(64) _Atomic uint64_t pong;
 static _Atomic int stop;
 static _Atomic int responder_failed; /* it could not run on its CPU: nobody answers */
 
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
-static int pin(int cpu)
-{
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    return pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-}
 
 static void *responder(void *arg)
 {

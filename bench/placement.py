@@ -19,6 +19,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PROBE_SRC = REPO / "bench" / "core_to_core.c"
+PROBE_SOURCES = (PROBE_SRC, REPO / "bench" / "bench_cpu.h")  # the program and the header it includes
 PROBE_BIN = REPO / "build" / "bench" / "core_to_core"
 PROBE_MS = 50  # 250-1000 batches: a steady median, short next to a measurement of seconds
 # Probes farther apart than this factor are different placements. The levels seen here differ by
@@ -31,8 +32,8 @@ class ProbeError(Exception):
 
 
 def build_probe(dest: Path = PROBE_BIN) -> Path:
-    """Builds bench/core_to_core.c into `dest` when that is missing or older than the source."""
-    if dest.exists() and dest.stat().st_mtime >= PROBE_SRC.stat().st_mtime:
+    """Builds bench/core_to_core.c into `dest` when that is missing or older than its sources."""
+    if dest.exists() and dest.stat().st_mtime >= max(src.stat().st_mtime for src in PROBE_SOURCES):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     cmd = ["cc", "-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread", "-o", str(dest), str(PROBE_SRC)]

@@ -32,22 +32,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_cpu.h"
+
 #define MSG (1u << 20)
 #define MAX_SEGMENTS 100000
 
-static uint64_t now_ns(void)
+static void pin_or_exit(int cpu)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
-static void pin(int cpu)
-{
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) {
+    if (pin(cpu) != 0) {
         fprintf(stderr, "send_buffer_ab: cannot run on CPU %d\n", cpu);
         exit(1);
     }
@@ -58,7 +50,7 @@ static int receiver_fd = -1;
 static void *receive(void *arg)
 {
     (void)arg;
-    pin(0);
+    pin_or_exit(0);
     char *buf = malloc(MSG);
     if (!buf)
         exit(1);
@@ -162,7 +154,7 @@ int main(int argc, char **argv)
     receiver_fd = accept(lfd, NULL, NULL);
     pthread_t rt;
     pthread_create(&rt, NULL, receive, NULL);
-    pin(1);
+    pin_or_exit(1);
 
     static uint64_t bytes[MAX_SEGMENTS], ns[MAX_SEGMENTS];
     size_t segs = 0;

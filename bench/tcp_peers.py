@@ -5,7 +5,8 @@
 
 Each repeat runs its pairs as sandwiches, the peer before and after fabscope, back to back:
 sockperf, qperf tcp_lat, fabscope lat, qperf tcp_lat, sockperf; then qperf tcp_bw, fabscope bw,
-qperf tcp_bw; then the informational runs (fabscope lat --poll block, iperf3). A goal's verdict
+qperf tcp_bw; then the informational runs (fabscope lat --poll block, fabscope bw with
+--tcp-rcvlowat 1, iperf3). A goal's verdict
 is the median over repeats of fabscope / (mean of the peer's two runs around it). A repeat whose
 two peer runs differ by more than 15 %, or around which the CPUs' placement changed, is left out
 of that median and counted as unstable: on this VM every tool jumps, from one run to the next,
@@ -30,6 +31,13 @@ Same conditions for everybody:
 - busy polling where the peer has it: sockperf --nonblocked (spins on recvfrom); qperf and iperf3
   only have blocking sockets, so fabscope bw uses its default (block) and an extra fabscope lat
   run with --poll block is the like-for-like row for qperf.
+
+What differs and stays so, because it is what the tools are: fabscope's bw receiver sleeps until
+the message it waits for is there (SO_RCVLOWAT, --tcp-rcvlowat 1M, its default), where qperf's and
+iperf3's receivers wake on every arrival; the informational fabscope run with --tcp-rcvlowat 1 is
+the like-for-like row for them. qperf's sender copies from a buffer it never wrote (the kernel's
+zero page: one physical page, in the L1 cache), fabscope's and iperf3's from written memory
+(bench/send_buffer_ab.c measures what that is worth within one connection).
 
 Goals (issue 2, section 8): fabscope TCP 8-byte latency p50 <= the best peer's (ratio <= 1.0; in
 each repeat the lower of the stable peers), and fabscope 1 MiB bandwidth >= qperf tcp_bw (ratio >=
@@ -89,6 +97,7 @@ FAB_LAT = ("fabscope", "lat_p50_us")
 FAB_LAT_MEAN = ("fabscope", "lat_mean_us")
 FAB_LAT_BLOCK = ("fabscope --poll block", "lat_p50_us")
 FAB_BW = ("fabscope", "bw_MBps")
+FAB_BW_EVERY = ("fabscope --tcp-rcvlowat 1", "bw_MBps")
 SOCKPERF_LAT = ("sockperf", "lat_p50_us")
 QPERF_LAT = ("qperf tcp_lat", "lat_mean_us")
 QPERF_BW = ("qperf tcp_bw", "bw_MBps")
@@ -400,7 +409,8 @@ def measure(tool: str, repeat: int, argv: Sequence[str], fn: Callable[[], Figure
     return m
 
 
-def run_fabscope(cfg: Config, repeat: int, pattern: str, size: int, poll: str, tool: str) -> Measurement:
+def run_fabscope(cfg: Config, repeat: int, pattern: str, size: int, poll: str, tool: str,
+                 extra: Sequence[str] = ()) -> Measurement:
     argv = [
         cfg.fabscope,
         "run",
@@ -415,6 +425,7 @@ def run_fabscope(cfg: Config, repeat: int, pattern: str, size: int, poll: str, t
         str(cfg.duration),
         "--poll",
         poll,
+        *extra,
     ]
     if cfg.hold:
         argv.append("--hold-cpu-latency")
@@ -528,6 +539,7 @@ KEYS = {  # tool name of a Measurement -> (series key, metric)
     "fabscope lat": [(FAB_LAT, "lat_p50_us"), (FAB_LAT_MEAN, "lat_mean_us")],
     "fabscope lat block": [(FAB_LAT_BLOCK, "lat_p50_us")],
     "fabscope bw": [(FAB_BW, "bw_MBps")],
+    "fabscope bw every arrival": [(FAB_BW_EVERY, "bw_MBps")],
     "sockperf": [(SOCKPERF_LAT, "lat_p50_us")],
     "qperf tcp_lat": [(QPERF_LAT, "lat_mean_us")],
     "qperf tcp_bw": [(QPERF_BW, "bw_MBps")],
@@ -622,6 +634,7 @@ def summarize(series: Series, sandwiches: Sandwiches, placements: Placements) ->
             "lat fabscope(block)/qperf": ratio(FAB_LAT_BLOCK, QPERF_LAT),
             "bw fabscope/qperf": ratio(FAB_BW, QPERF_BW),
             "bw fabscope/iperf3": ratio(FAB_BW, IPERF_BW),
+            "bw fabscope(rcvlowat 1)/qperf": ratio(FAB_BW_EVERY, QPERF_BW),
         },
         "paired_ratios": {
             "lat fabscope/sockperf": paired(FAB_LAT, [SOCKPERF_LAT]),
@@ -663,6 +676,7 @@ def render(series: Series, sandwiches: Sandwiches, placements: Placements, summa
         ("14 B latency p50, --nonblocked = busy (us)", SOCKPERF_LAT),
         ("8 B latency MEAN, blocking (us)", QPERF_LAT),
         ("1 MiB bw at receiver, --poll block (MB/s)", FAB_BW),
+        ("1 MiB bw at receiver, --poll block, woken by every arrival (MB/s)", FAB_BW_EVERY),
         ("1 MiB bw at receiver (MB/s)", QPERF_BW),
         ("1 MiB bw at receiver (MB/s)", IPERF_BW),
     ]
@@ -699,6 +713,8 @@ def render(series: Series, sandwiches: Sandwiches, placements: Placements, summa
         ("**bw fabscope / qperf tcp_bw**", fmt(g["bw"]["ratio"]) + used(g["bw"]), r["bw fabscope/qperf"],
          f">= {GOAL_BW}", f"**{g['bw']['verdict']}**"),
         ("bw fabscope / iperf3 (info, not sandwiched)", "", r["bw fabscope/iperf3"], "", ""),
+        ("bw fabscope --tcp-rcvlowat 1 / qperf tcp_bw (info, not sandwiched)", "", r["bw fabscope(rcvlowat 1)/qperf"],
+         "", ""),
     ]
     for name, paired, of_medians, goal, verdict in lines:
         out.write(f"| {name} | {paired} | {fmt(of_medians)} | {goal} | {verdict} |\n")
@@ -802,6 +818,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     if args.block_lat:
         steps.append(("", lambda rep: run_fabscope(cfg, rep, "lat", LAT_SIZE, "block", "fabscope lat block")))
+    steps.append(("", lambda rep: run_fabscope(cfg, rep, "bw", BW_SIZE, "block", "fabscope bw every arrival",
+                                               ["--tcp-rcvlowat", "1"])))
     steps.append(("", lambda rep: run_iperf3(cfg, rep)))
     # The repeats asked for, then more while either goal rests on fewer than 3 sandwiches that
     # count (bench/sandwich.py needs_more: up to twice --repeats).
