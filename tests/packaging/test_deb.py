@@ -37,7 +37,7 @@ def _depends(deb: Path) -> list[str]:
 SCRIPT = r"""
 apt-get install -y --no-install-recommends /tmp/in/{deb} > /tmp/apt.log 2>&1 || {{ cat /tmp/apt.log; exit 1; }}
 echo "=== where"; python3 -c 'import fabscope; print(fabscope.__file__)'; command -v fabscope
-test ! -e /work/main
+test ! -e {repo}
 echo "=== version"; fabscope --version
 echo "=== run"; fabscope run --loopback --sizes 8 --iters 200 --warmup 10 --format json
 echo "=== doctor"; rc=0; fabscope doctor --json > /tmp/doctor.json || rc=$?; echo "doctor-exit=$rc"
@@ -59,7 +59,7 @@ echo "=== end"
 def test_deb_installs_and_runs_in_a_clean_debian_root(deb: Path) -> None:
     assert deb.name.startswith(f"fabscope_{__version__}_"), deb.name
     root = debroot.build([*_depends(deb), "man-db"])
-    proc = debroot.run_in_copy(root, SCRIPT.format(deb=deb.name), files=[deb], timeout_s=300)
+    proc = debroot.run_in_copy(root, SCRIPT.format(deb=deb.name, repo=REPO), files=[deb], timeout_s=300)
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-4000:]
     sections = dict(re.findall(r"=== (\w+)\n(.*?)(?==== |\Z)", out, re.S))

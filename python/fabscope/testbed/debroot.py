@@ -24,7 +24,7 @@ from . import softroce_base as softroce
 from .softroce_base import SoftRoceError as DebRootError
 from .softroce_image import unmount_below
 
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"  # 2: built without the host's PYTHON* settings (a root of 1 may hold the checkout's path)
 BUILD_TIMEOUT_S = 1200.0
 
 
@@ -59,8 +59,13 @@ def build(packages: Sequence[str]) -> Path:
         debs.mkdir(parents=True, exist_ok=True)
         cmd = ["debootstrap", "--variant=minbase", f"--cache-dir={debs}", "--include=" + ",".join(sorted(set(packages))),
                softroce.SUITE, str(work / "root"), softroce.debian_mirror()]
+        # The root's own python3 compiles its modules while debootstrap configures it, in the chroot
+        # with our environment: a PYTHONPYCACHEPREFIX of the host (scripts/test.sh sets one under the
+        # checkout) made it write the checkout's path into the root. The host's Python settings stay
+        # out; the rest (a proxy, say) is what debootstrap itself may need.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         try:
-            softroce.run_logged(cmd, work / "build.log", "debootstrap (clean Debian root)", BUILD_TIMEOUT_S)
+            softroce.run_logged(cmd, work / "build.log", "debootstrap (clean Debian root)", BUILD_TIMEOUT_S, env)
             for path in ("var/cache/apt/archives", "var/lib/apt/lists"):  # what apt downloaded: not needed again
                 for item in (work / "root" / path).glob("*.deb"):
                     item.unlink()
