@@ -3,6 +3,7 @@ real engines, loopback only."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import time
@@ -282,3 +283,15 @@ def test_serve_adopts_the_clients_timeout_within_its_limits(tmp_path: Path) -> N
             assert done.returncode == 0, done.stderr
             start = srv.wait_event("start", count=n)[-1]
             assert start["timeout_s"] == adopted, start
+
+
+def test_the_receiver_behind_serve_waits_as_the_client_asks(tmp_path: Path) -> None:
+    """--tcp-rcvlowat is shared, not local: in a bw run the receiver is the serving end, and how it
+    waits is part of the method, so it takes the client's value (the record's transport.peer)."""
+    with serve(tmp_path) as srv:
+        for asked, held in (("1", 1), ("256K", 256 << 10)):
+            out = fabscope("run", "--peer", srv.addr, "--format", "json", "--pattern", "bw", "--sizes", "1M",
+                           "--iters", "50", "--warmup", "5", "--poll", "block", "--tcp-rcvlowat", asked, timeout=60)
+            assert out.returncode == 0, out.stderr
+            (rec,) = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+            assert rec["transport"]["peer"]["rcvlowat_bytes"] == held, rec["transport"]

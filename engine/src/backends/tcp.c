@@ -45,10 +45,12 @@ static const struct fs_option tcp_options[] = {
     {"tcp-busy-poll", FS_OPT_INT, F(busy_poll_us), 0, 1000000, "0", NULL,
      "SO_BUSY_POLL microseconds (kernel busy polling of the NIC queue; needs CAP_NET_ADMIN)",
      FS_OPTF_LOCAL},
+    /* Shared, not local: how the receiver waits is part of the method (the receiver is the
+     * server in a bw run), so both ends take the client's value. */
     {"tcp-rcvlowat", FS_OPT_SIZE, F(rcvlowat), 1, 1ull << 30, "1M", NULL,
      "bw/bibw with --poll block: the receiver sleeps until this many bytes of the message it waits "
      "for are there, or the rest of it (SO_RCVLOWAT); 1 = wake on every arrival, as qperf and iperf3 do",
-     FS_OPTF_LOCAL},
+     0},
     {0},
 };
 #undef F
