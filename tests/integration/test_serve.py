@@ -287,11 +287,13 @@ def test_serve_adopts_the_clients_timeout_within_its_limits(tmp_path: Path) -> N
 
 def test_the_receiver_behind_serve_waits_as_the_client_asks(tmp_path: Path) -> None:
     """--tcp-rcvlowat is shared, not local: in a bw run the receiver is the serving end, and how it
-    waits is part of the method, so it takes the client's value (the record's transport.peer)."""
+    waits is part of the method, so it takes the client's value (the record's transport.peer: 1 is
+    the kernel's default, woken by every arrival; left to itself the server would wait for more)."""
     with serve(tmp_path) as srv:
-        for asked, held in (("1", 1), ("256K", 256 << 10)):
+        for asked, most in (("1", 1), ("256K", 256 << 10)):
             out = fabscope("run", "--peer", srv.addr, "--format", "json", "--pattern", "bw", "--sizes", "1M",
                            "--iters", "50", "--warmup", "5", "--poll", "block", "--tcp-rcvlowat", asked, timeout=60)
             assert out.returncode == 0, out.stderr
             (rec,) = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-            assert rec["transport"]["peer"]["rcvlowat_bytes"] == held, rec["transport"]
+            held = rec["transport"]["peer"]["rcvlowat_bytes"]
+            assert (held == 1) if most == 1 else (1 < held <= most), rec["transport"]

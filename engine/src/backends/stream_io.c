@@ -334,25 +334,38 @@ static int recv_may_wait(struct fs_stream *s, int wait_ms)
     return 1;
 }
 
-/* Before a sleep in recv(): SO_RCVLOWAT = s->rcvlowat, or what is left of the message when that
- * is less (a wait for more than the sender will send would last until the timeout), set only when
- * it changes. Why: a receiver woken by every arrival takes the stream in small pieces and each
- * wake-up and window update costs the sending side too. Loopback TCP, 1 MiB messages, --poll
- * block, /dev/cpu_dma_latency held (which wakes a sleeper fastest): 4,400-4,800 MB/s woken on
- * every arrival (3.0 sleeps a MiB; qperf's receiver: 4,750 MB/s, 4.5 sleeps a MiB), 7,200-8,200
+/* Before a sleep in recv(): SO_RCVLOWAT = s->rcvlowat, or what is left of the message, or a
+ * quarter of the socket's receive buffer as it is now, whichever is least; set only when it
+ * changes. Why wait at all: a receiver woken by every arrival takes the stream in small pieces,
+ * and each wake-up and window update costs the sending side too. Loopback TCP, 1 MiB messages,
+ * --poll block, /dev/cpu_dma_latency held (which wakes a sleeper fastest): 4,400-4,800 MB/s woken
+ * on every arrival (3.0 sleeps a MiB; qperf's receiver: 4,750 MB/s, 4.5 sleeps a MiB), 7,200-8,200
  * woken for 1 MiB (0.27 sleeps a MiB); 8 MiB messages did best with 1 MiB (5,960-6,260 MB/s
- * against 4,340-4,790 with 2 MiB and 3,760-4,090 with none): a bigger wake-up copies more than
- * the caches hold (bench/RESULTS.md). The kernel grows an autotuned receive buffer to twice the
- * value (the tcp backend keeps it to a quarter of a fixed one), and wakes the receiver anyway
- * when the window it advertised is nearly used up, so a sender the window stops is never waited
- * on. A failed setsockopt leaves the kernel's default: nothing but speed depends on it. */
+ * against 4,340-4,790 with 2 MiB and 3,760-4,090 with none): a bigger wake-up copies more than the
+ * caches hold (bench/RESULTS.md). Why the rest of the message: a wait for more than the sender
+ * will send lasts until the timeout. Why a quarter of the buffer: a wait for half of it (the
+ * kernel's own cap) is a wait until the advertised window is shut, the sender stalled until the
+ * kernel gives up and wakes the receiver anyway: a fixed --tcp-rcvbuf 256K (512 KiB) gave
+ * 2,670-2,740 MB/s at 256 KiB against 3,230-3,320 woken on every arrival and 3,250-3,300 at a
+ * quarter. An autotuned buffer gets the same cap, read before each sleep as autotuning grows it:
+ * asked for more, the kernel would grow the buffer to just twice the value, that same half
+ * (the cap measured neutral there: loopback 1 MiB and 64 KiB over 200 Mbit/s). A failed call
+ * leaves the kernel's default: nothing but speed depends on it. */
+#define RCVLOWAT_SLICE_MS 5
+
 static void set_rcvlowat(struct fs_stream *s)
 {
     if (s->rcvlowat <= 1)
         return;
     uint64_t left = s->size - s->rx_partial;
     uint64_t want = s->rcvlowat < left ? s->rcvlowat : left;
-    int v = want > INT32_MAX ? INT32_MAX : want < 1 ? 1 : (int)want;
+    int rcvbuf = 0;
+    socklen_t len = sizeof rcvbuf;
+    if (getsockopt(s->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &len) != 0 || rcvbuf <= 0)
+        return;
+    if (want > (uint64_t)rcvbuf / 4)
+        want = (uint64_t)rcvbuf / 4;
+    int v = want < 1 ? 1 : (int)want;
     if (v != s->rcvlowat_now && setsockopt(s->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v) == 0)
         s->rcvlowat_now = v;
 }
@@ -366,7 +379,15 @@ int fs_stream_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_er
             return -1;
         if (rx || s->tx_completed || wait_ms <= 0 || round)
             break;
-        if (!s->tx_pending && recv_may_wait(s, wait_ms)) {
+        /* A receiver that waits for whole messages (set_rcvlowat) is not woken by the pieces of
+         * one, so its sleeps are where the core would otherwise have looked at the control channel
+         * for the sender's final count, between pieces: after the last message it slept a whole
+         * slice before it looked (+50 ms a phase: 64 KiB messages over a 200 Mbit/s link, 3.17
+         * against 3.11 s a run). Its sleeps are cut to RCVLOWAT_SLICE_MS: a phase ends that late
+         * at most, and a slow link costs 200 empty wake-ups a second, where every arrival woke
+         * the receiver before. */
+        int slice = s->rcvlowat > 1 && wait_ms > RCVLOWAT_SLICE_MS ? RCVLOWAT_SLICE_MS : wait_ms;
+        if (!s->tx_pending && recv_may_wait(s, slice)) {
             set_rcvlowat(s);
             if (pull_rx(s, &rx, 0, 1, err))
                 return -1;

@@ -49,7 +49,8 @@ static const struct fs_option tcp_options[] = {
      * server in a bw run), so both ends take the client's value. */
     {"tcp-rcvlowat", FS_OPT_SIZE, F(rcvlowat), 1, 1ull << 30, "1M", NULL,
      "bw/bibw with --poll block: the receiver sleeps until this many bytes of the message it waits "
-     "for are there, or the rest of it (SO_RCVLOWAT); 1 = wake on every arrival, as qperf and iperf3 do",
+     "for are there, or the rest of it, at most a quarter of its receive buffer (SO_RCVLOWAT); "
+     "1 = wake on every arrival, as qperf and iperf3 do",
      0},
     {0},
 };
@@ -199,12 +200,6 @@ static int postconnect(struct tcp *t, int fd, struct fs_err *err)
     getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &t->sndbuf_eff, &sl);
     sl = sizeof t->rcvbuf_eff;
     getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &t->rcvbuf_eff, &sl);
-    /* A receive buffer fixed by --tcp-rcvbuf does not grow for SO_RCVLOWAT, and a receiver that
-     * waits for half of it (the kernel's cap) waits until the window is shut, the sender stalled:
-     * 1 MiB messages, --tcp-rcvbuf 256K (512 KiB effective), 2,670-2,740 MB/s at 256 KiB against
-     * 3,230-3,320 woken on every arrival and 3,250-3,300 at a quarter (128 KiB). */
-    if (t->o.rcvbuf && t->rcvbuf_eff > 0 && t->s.rcvlowat > (uint64_t)t->rcvbuf_eff / 4)
-        t->s.rcvlowat = (uint64_t)t->rcvbuf_eff / 4;
     int fl = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, fl | O_NONBLOCK);
     return 0;
