@@ -359,12 +359,16 @@ static void set_rcvlowat(struct fs_stream *s)
         return;
     uint64_t left = s->size - s->rx_partial;
     uint64_t want = s->rcvlowat < left ? s->rcvlowat : left;
-    int rcvbuf = 0;
-    socklen_t len = sizeof rcvbuf;
-    if (getsockopt(s->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &len) != 0 || rcvbuf <= 0)
-        return;
-    if (want > (uint64_t)rcvbuf / 4)
-        want = (uint64_t)rcvbuf / 4;
+    /* The buffer only grows (autotuning), so it is read again only while it is what binds. */
+    if (want > (uint64_t)s->rcvbuf_seen / 4) {
+        socklen_t len = sizeof s->rcvbuf_seen;
+        if (getsockopt(s->fd, SOL_SOCKET, SO_RCVBUF, &s->rcvbuf_seen, &len) != 0 || s->rcvbuf_seen <= 0) {
+            s->rcvbuf_seen = 0;
+            return;
+        }
+        if (want > (uint64_t)s->rcvbuf_seen / 4)
+            want = (uint64_t)s->rcvbuf_seen / 4;
+    }
     int v = want < 1 ? 1 : (int)want;
     if (v != s->rcvlowat_now && setsockopt(s->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v) == 0)
         s->rcvlowat_now = v;

@@ -316,8 +316,8 @@ static void tcp_describe(void *be, cJSON *o)
     cJSON_AddBoolToObject(o, "tcp_nodelay", t->o.nodelay);
     cJSON_AddNumberToObject(o, "sndbuf_bytes", t->sndbuf_eff);
     cJSON_AddNumberToObject(o, "rcvbuf_bytes", t->rcvbuf_eff);
-    /* SO_RCVLOWAT as the kernel holds it (after its cap at half the receive buffer): a bw/bibw
-     * receiver under --poll block sets it before it sleeps (--tcp-rcvlowat); 1 elsewhere. */
+    /* SO_RCVLOWAT as the kernel holds it, the last value set: a bw/bibw receiver under --poll
+     * block sets it before it sleeps (--tcp-rcvlowat, set_rcvlowat); 1 elsewhere. */
     int lowat = 0;
     socklen_t ll = sizeof lowat;
     if (getsockopt(t->s.fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, &ll) == 0)
