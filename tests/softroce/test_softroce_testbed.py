@@ -345,10 +345,14 @@ def test_fabscope_verbs_over_siw_iwarp(tmp_path: Path) -> None:
     perf = "ib_write_bw -d siw0 -R -F -n 100 -s 65536 -p 18600"
     loop = (
         f"{perf} peer > /out/perftest.txt 2>&1; echo $? > /out/perftest.rc; "
-        "for op in send write read; do for pat in lat bw; do "
+        "for op in send write read; do for pat in lat bw; do for try in 1 2; do "
         "fabscope run --peer peer --backend verbs --device siw0 --cm --op $op --pattern $pat "
         "--sizes 4K --iters 100 --timeout 60 --format json > /out/$op-$pat.jsonl 2>/out/$op-$pat.err; "
-        "echo $? > /out/$op-$pat.rc; done; done; "
+        "rc=$?; echo $rc > /out/$op-$pat.rc; "
+        # siw's known read reset (see below) gets one more try; the first try's words are kept
+        "if [ $rc -ne 0 ] && [ $try = 1 ] && [ $op-$pat = read-bw ] && grep -q 'status 5 (Work Request Flushed' "
+        "/out/$op-$pat.err; then cp /out/$op-$pat.err /out/$op-$pat.first.err; sleep 1; else break; fi; "
+        "done; done; done; "
         "fabscope run --peer peer --backend verbs --device siw0 --cm --op fadd --sizes 8 2>/out/fadd.err; "
         "echo $? > /out/fadd.rc"
     )
@@ -362,10 +366,17 @@ def test_fabscope_verbs_over_siw_iwarp(tmp_path: Path) -> None:
     assert (client / "perftest.rc").read_text().strip() == "0", perftest
     assert "Transport type : IW" in perftest
     assert re.search(r"^\s*65536\s+100\s+[\d.]+\s+[\d.]+", perftest, re.M), "no ib_write_bw result line"
+    # siw (Debian 6.1's, built here) now and then resets the connection under a window of RDMA reads: the
+    # initiator's reads come back flushed (status 5). perftest's `ib_read_bw -R -s 4096 -t 64` does the
+    # same ("Bad wc status -- 5"), about 1 run in 15-60 under TCG, and the target's kernel may log its
+    # own protocol error ("siw: [QP 1]: rreq with mpa len 46"); testbed/softroce/README.md. So read bw
+    # alone gets a second try on that error, which must then pass; every other case gets one.
+    first = client / "read-bw.first.err"
+    if first.exists():
+        print(f"read bw over siw needed a second try; the first: {first.read_text().strip()}")
     for op in ("send", "write", "read"):
         for pat in ("lat", "bw"):
-            # The serve's log says how the server's engine ended (one siw read bw run, CI: its initiator's
-            # reads were flushed, the QP in error, with nothing more to tell why)
+            # The serve's log says how the server's engine ended
             assert (client / f"{op}-{pat}.rc").read_text().strip() == "0", (
                 (client / f"{op}-{pat}.err").read_text(), _tail(tmp_path / "server" / "serve.log"))
             (rec,) = [json.loads(line) for line in (client / f"{op}-{pat}.jsonl").read_text().splitlines()]
