@@ -6,6 +6,7 @@ Checked against ucx_perftest 1.13.1, fi_pingpong of libfabric 1.17, bench/osu_pi
 of rdma-core 44."""
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -21,9 +22,10 @@ def tail(text: str, lines: int = 8) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-_UCX_FINAL = re.compile(
-    r"^Final:\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$", re.M
-)
+# A moment average (the last report interval's) is "inf" when that interval holds no iteration: the
+# run ended right on a report (seen at 20,000 messages: "Final: 20000 361.500 inf 575.822 0.00 ...").
+_UCX_NUM = r"\s+([0-9.]+|inf|-?nan)"
+_UCX_FINAL = re.compile(r"^Final:\s+(\d+)" + _UCX_NUM * 7 + r"\s*$", re.M)
 
 
 def parse_ucx_perftest(text: str, kind: str) -> dict[str, float]:
@@ -33,9 +35,12 @@ def parse_ucx_perftest(text: str, kind: str) -> dict[str, float]:
     if not m:
         raise BenchError("no 'Final:' row in ucx_perftest output:\n" + tail(text, 12))
     g = [float(x) for x in m.groups()]
-    if kind == "lat":
-        return {"lat_p50_us": g[1], "lat_mean_us": g[3], "samples": g[0]}
-    return {"bw_MBps": g[5] * MIB, "msgs": g[0]}
+    # the figures read are the run's own (typical, overall), never a moment average
+    out = ({"lat_p50_us": g[1], "lat_mean_us": g[3], "samples": g[0]} if kind == "lat"
+           else {"bw_MBps": g[5] * MIB, "msgs": g[0]})
+    if not all(math.isfinite(v) and v > 0 for v in out.values()):
+        raise BenchError("ucx_perftest's 'Final:' row has no usable figure:\n" + tail(text, 4))
+    return out
 
 
 _FI_ROW = re.compile(r"^(\S+)\s+(\S+)\s+([=+-]\S+)\s+(\S+)\s+([0-9.]+)s\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s*$", re.M)
