@@ -35,11 +35,13 @@ def parse_ucx_perftest(text: str, kind: str) -> dict[str, float]:
     if not m:
         raise BenchError("no 'Final:' row in ucx_perftest output:\n" + tail(text, 12))
     g = [float(x) for x in m.groups()]
-    # the figures read are the run's own (typical, overall), never a moment average
+    # Only whole-run figures are read: typical (the lower median of the last 2,048 iterations, the
+    # whole run at the benches' 1,000) and overall; never a last interval's moment average.
     out = ({"lat_p50_us": g[1], "lat_mean_us": g[3], "samples": g[0]} if kind == "lat"
            else {"bw_MBps": g[5] * MIB, "msgs": g[0]})
     if not all(math.isfinite(v) and v > 0 for v in out.values()):
-        raise BenchError("ucx_perftest's 'Final:' row has no usable figure:\n" + tail(text, 4))
+        raise BenchError("ucx_perftest's 'Final:' row has no usable figure (a run of no iterations, or an output "
+                         "this parser does not know: see bench/peer_output.py):\n" + tail(text, 4))
     return out
 
 
