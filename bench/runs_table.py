@@ -13,8 +13,10 @@ The two answer different questions. A run's verdict is a median of about ten san
 one sandwich spreads by 5-10 % (the guests' speed under TCG moves between runs), that median moves
 by a few percent from run to run, so a row whose pooled median sits 2 % under its goal still
 misses it in some runs. The pooled median says where the row sits; the per-run verdicts say how
-often a run of that length calls it. Nothing is recomputed: each run's sandwiches are the ones its
-bench kept (bench/sandwich.py decided which count).
+often a run of that length calls it. Both carry the interval that holds the median with 95 %
+confidence (bench/sandwich.py, median_interval), and a verdict whose interval holds the goal is
+marked `(undecided)`. Each run's sandwiches are the ones its bench kept (bench/sandwich.py
+decided which count); only the median and its interval are computed here.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandwich import meets, sandwich_cell
+from sandwich import decided, median_interval, meets, sandwich_cell, verdict_word
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ def per_run_table(runs: list[list[RowRun]]) -> list[str]:
             r = run[k]
             cell = sandwich_cell(r.verdict, r.used, r.left_out)
             if r.met is not True:
-                cell += " NO"
+                cell += " " + verdict_word(r.met, decided(r.is_lat, r.goal, r.used)) if r.met is False else " -"
                 all_met = False
             cells.append(cell)
         first = runs[0][k]
@@ -100,17 +102,19 @@ def per_run_table(runs: list[list[RowRun]]) -> list[str]:
 
 
 def pooled_table(runs: list[list[RowRun]]) -> list[str]:
-    out = ["| row | sandwiches | median | quartiles | goal | met |", "|---|---|---|---|---|---|"]
+    out = ["| row | sandwiches | median | quartiles | 95 % interval | goal | met |", "|---|---|---|---|---|---|---|"]
     for k, first in enumerate(runs[0]):
         pool = sorted(x for run in runs for x in run[k].used)
         goal = ("<= " if first.is_lat else ">= ") + f"{first.goal:g}"
         if not pool:
-            out.append(f"| {first.name} | 0 | - | - | {goal} | - |")
+            out.append(f"| {first.name} | 0 | - | - | - | {goal} | - |")
             continue
         n, med = len(pool), statistics.median(pool)
         quart = f"{pool[n // 4]:.3f}-{pool[(3 * n) // 4]:.3f}"
-        ok = "yes" if meets(first.is_lat, first.goal, med) else "NO"
-        out.append(f"| {first.name} | {n} | {med:.3f} | {quart} | {goal} | {ok} |")
+        band = median_interval(pool)
+        ok = verdict_word(meets(first.is_lat, first.goal, med), decided(first.is_lat, first.goal, pool))
+        interval = "-" if band is None else f"{band[0]:.3f}-{band[1]:.3f}"
+        out.append(f"| {first.name} | {n} | {med:.3f} | {quart} | {interval} | {goal} | {ok} |")
     return out
 
 

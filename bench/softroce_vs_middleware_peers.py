@@ -62,7 +62,7 @@ from typing import Any
 # bench/ is sys.path[0] when this file runs as a script.
 from middleware_peers import OSU_BIN, build_osu
 from peer_output import PARSERS, BenchError, tail
-from sandwich import meets, sandwich_cell
+from sandwich import decided, meets, peer_against_itself, sandwich_cell, verdict_word
 from softroce_vs_perftest import (
     GOAL_BW,
     GOAL_LAT,
@@ -220,8 +220,8 @@ def table(records: list[dict[str, Any]], all_cases: list[Case]) -> list[dict[str
         lat = case.kind == "lat"
         ok = [x for x in ratios if x is not None]
         worst = (max(ok) if lat else min(ok)) if ok else None
-        used, left_out = sandwiches({k: d.get("peer") for k, d in by_rep.items()},
-                                    {k: by_rep[k].get("fabscope") for k in fab_reps})
+        peer_runs = {k: d.get("peer") for k, d in by_rep.items()}
+        used, left_out = sandwiches(peer_runs, {k: by_rep[k].get("fabscope") for k in fab_reps})
         sandwich = statistics.median(used) if used else None
         goal = GOAL_LAT if lat else GOAL_BW
         met = None if sandwich is None else meets(lat, goal, sandwich)
@@ -232,7 +232,8 @@ def table(records: list[dict[str, Any]], all_cases: list[Case]) -> list[dict[str
                      "ratios": ratios, "worst": worst, "median": statistics.median(ok) if ok else None,
                      "sandwich": sandwich, "sandwich_ratios": used, "sandwich_left_out": left_out,
                      "placement_probes_ns": placements_of(records, case.name),
-                     "goal": goal, "met": met, "errors": errors, "notes": notes,
+                     "goal": goal, "met": met, "decided": decided(lat, goal, used),
+                     "peer_self_ratios": peer_against_itself(peer_runs), "errors": errors, "notes": notes,
                      "peer_cmd": shlex.join(case.peer_client), "peer_server": case.peer_server,
                      "fabscope_cmd": shlex.join(case.fabscope),
                      "carried_by": carried_by(fab_rec, case.size) if fab_rec else None})
@@ -271,25 +272,32 @@ def render(rows: list[dict[str, Any]], context: str = "") -> str:
         "than 15 % (the guests changed speed between them); **met** is judged on it (latency: goal <= 1.05;",
         "bandwidth in MB/s = 10^6 B/s: goal >= 0.95). While fewer than 3 sandwiches count, the chain runs",
         "one more repeat, up to twice the repeats asked for (bench/sandwich.py; decided on the peer's runs",
-        "alone, never on fabscope's). `ratio per repeat` is fabscope / the peer run just before it, with its",
-        "worst and median, for information.",
+        "alone, never on fabscope's). In brackets, the interval that holds the sandwiches' median with 95 %",
+        "confidence (order statistics); where the goal lies inside it (or fewer than six sandwiches",
+        "count), **met** says `(undecided)`: the run's noise is wider than its distance to the goal, so",
+        "yes or NO is not a verdict. **peer vs itself** applies the same rule to the peer alone (each inner",
+        "peer run against its two neighbours): the run's noise floor. `ratio per repeat` is fabscope / the",
+        "peer run just before it, with its worst and median, for information.",
         "",
     ]
     if context:
         lines += [context, ""]
     lines += ["| case | peer | compared | peer runs | fabscope per repeat | ratio per repeat | worst | "
-              "median | sandwich (used) | goal | met |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "median | sandwich (used) [95 %] | peer vs itself | goal | met |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lat = r["kind"] == "lat"
         unit = {"lat_p50_us": "p50 us", "lat_mean_us": "mean us", "bw_MBps": "MB/s"}[r["metric"]]
         ratios = " / ".join("-" if x is None else f"{x:.3f}" for x in r["ratios"])
-        met = "-" if r["met"] is None else ("yes" if r["met"] else "NO")
+        met = verdict_word(r["met"], r.get("decided"))
         sandwich = sandwich_cell(r["sandwich"], r["sandwich_ratios"], r["sandwich_left_out"])
+        own = r.get("peer_self_ratios") or []
+        itself = f"{statistics.median(own):.3f} ({len(own)})" if own else "-"
         lines.append(
             f"| {r['bench']} | {r['peer']} | {unit} | {' / '.join(fmt(x, lat) for x in r['peer_all'])} | "
             f"{' / '.join(fmt(x, lat) for x in r['fabscope_all'])} | {ratios} | "
             f"{'-' if r['worst'] is None else format(r['worst'], '.3f')} | "
-            f"{'-' if r['median'] is None else format(r['median'], '.3f')} | {sandwich} | "
+            f"{'-' if r['median'] is None else format(r['median'], '.3f')} | {sandwich} | {itself} | "
             f"{'<=' if lat else '>='} {r['goal']} | {met} |")
     lines += ["", "Commands (client guest; the peer's server half in the server guest over ssh, fabscope's",
               "against `fabscope serve` there):", ""]

@@ -44,7 +44,7 @@ from typing import Any
 
 # bench/ is sys.path[0] when this file runs as a script (and mypy resolves it the same way).
 from placement import GuestAgent
-from sandwich import meets, sandwich_cell, usable
+from sandwich import decided, meets, peer_against_itself, sandwich_cell, usable, verdict_word
 
 REPO = Path(__file__).resolve().parents[1]
 # The guest side reads perftest's figure to decide whether a chain needs more repeats; the table
@@ -176,8 +176,8 @@ def table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if v:
                 by_rep.setdefault(int(r.get("rep", 0)), {})[str(r.get("tool"))] = v
         paired = [d["fabscope"] / d["perftest"] for d in by_rep.values() if "fabscope" in d and "perftest" in d]
-        used, left_out = sandwiches({k: d.get("perftest") for k, d in by_rep.items()},
-                                    {k: d.get("fabscope") for k, d in by_rep.items()})
+        perftest_runs: dict[int, float | None] = {k: d.get("perftest") for k, d in by_rep.items()}
+        used, left_out = sandwiches(perftest_runs, {k: d.get("fabscope") for k, d in by_rep.items()})
         sandwich = statistics.median(used) if used else None
         goal = GOAL_LAT if lat else GOAL_BW
         # The verdict is the sandwiches' (the two tools within seconds of each other, at one level
@@ -188,7 +188,9 @@ def table(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         settings = next((r for r in mine if r.get("tool") == "perftest" and r.get("rc") == 0), {})
         fargs: list[str] = next((list(r.get("args") or []) for r in mine if r.get("tool") == "fabscope"), [])
         rows.append({"bench": name, "lat": lat, "perftest": pm, "fabscope": fm, "ratio": ratio, "goal": goal,
-                     "met": met, "paired_ratio": statistics.median(paired) if paired else None,
+                     "met": met, "decided": decided(lat, goal, used),
+                     "peer_self_ratios": peer_against_itself(perftest_runs),
+                     "paired_ratio": statistics.median(paired) if paired else None,
                      "sandwich_ratio": sandwich, "sandwich_ratios": used, "sandwich_left_out": left_out,
                      "placement_probes_ns": placements_of(records, name),
                      "n_perftest": len(perf_ok), "n_fabscope": len(fab_ok), "runs": len(fab),
@@ -237,16 +239,21 @@ def render(records: list[dict[str, Any]], context: str = "", two_guests: bool = 
         "perftest runs differ by more than 15 % (the guests changed speed between them) is left out, and",
         "**met** is judged on it. While fewer than 3 sandwiches count, the chain runs one more repeat, up to",
         "twice the repeats asked for (bench/sandwich.py; decided on perftest's runs alone, never on",
-        "fabscope's). `ratio` is the ratio of the medians, `paired` the median of fabscope / the perftest run",
-        "just before it (both for information); `spread` is (max - min) / median of each tool's repeats.",
+        "fabscope's). In brackets, the interval that holds the sandwiches' median with 95 % confidence",
+        "(order statistics); where the goal lies inside it (or fewer than six sandwiches count), **met**",
+        "says `(undecided)`: the run's noise is wider than its distance to the goal. **perftest vs itself**",
+        "applies the same rule to perftest alone (each inner perftest run against its two neighbours): the",
+        "run's noise floor. `ratio` is the ratio of the medians, `paired` the median of fabscope / the",
+        "perftest run just before it (both for information); `spread` is (max - min) / median of each",
+        "tool's repeats.",
         "",
     ]
     if context:
         lines += [context, ""]
     lines += [
-        "| test | perftest | fabscope | unit | sandwich (used) | ratio | paired | goal | met |"
-        " spread perftest / fabscope | runs ok |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| test | perftest | fabscope | unit | sandwich (used) [95 %] | perftest vs itself | ratio | paired | goal |"
+        " met | spread perftest / fabscope | runs ok |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         unit = "us" if r["lat"] else "Mpps"
@@ -260,14 +267,16 @@ def render(records: list[dict[str, Any]], context: str = "", two_guests: bool = 
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3f}"
         paired = "-" if r["paired_ratio"] is None else f"{r['paired_ratio']:.3f}"
         sandwich = sandwich_cell(r["sandwich_ratio"], r["sandwich_ratios"], r["sandwich_left_out"])
-        met = "-" if r["met"] is None else ("yes" if r["met"] else "NO")
+        met = verdict_word(r["met"], r.get("decided"))
+        own = r.get("peer_self_ratios") or []
+        itself = f"{statistics.median(own):.3f} ({len(own)})" if own else "-"
         cmp = "<=" if r["lat"] else ">="
         pcmd = " ".join([r["perftest_cmd"] or r["bench"], *[a for a in r["perftest_args"] if a in ("-R", "-e")],
                          *(["-c", r["perftest_args"][r["perftest_args"].index("-c") + 1]]
                            if "-c" in r["perftest_args"] else [])])
         lines.append(
             f"| {pcmd} vs fabscope {r['bench'].replace('_', ' ')} | {fmt(r['perftest'])} | "
-            f"{fmt(r['fabscope'])} | {unit} | {sandwich} | {ratio} | {paired} | {cmp} {r['goal']} | {met} | "
+            f"{fmt(r['fabscope'])} | {unit} | {sandwich} | {itself} | {ratio} | {paired} | {cmp} {r['goal']} | {met} | "
             f"{pct(r['perftest_spread'])} / {pct(r['fabscope_spread'])} | "
             f"{r['n_perftest']}/{r['n_fabscope']} of {r['runs']} |")
     fails = [r for r in records if r.get("section") == "bench" and r.get("rc") != 0]

@@ -41,9 +41,11 @@ def test_a_row_missed_in_one_run_is_not_met_in_all_while_its_pool_may_meet(
     assert main([str(run1), str(run2)]) == 0
     out = capsys.readouterr().out
     per_run, pooled = _lines(out, "send_lat")
-    assert per_run == "| send_lat | 1.070 (3 of 4) NO | 1.010 (3 of 3) | <= 1.05 | NO |"
-    # six sandwiches pooled: median (1.02 + 1.06) / 2 = 1.04, under the goal
-    assert pooled == "| send_lat | 6 | 1.040 | 1.010-1.070 | <= 1.05 | yes |"
+    # three sandwiches are too few for an interval: the miss is not a verdict
+    assert per_run == "| send_lat | 1.070 (3 of 4) NO (undecided) | 1.010 (3 of 3) | <= 1.05 | NO |"
+    # six sandwiches pooled: median (1.02 + 1.06) / 2 = 1.04, under the goal; the 95 % interval
+    # of six is their whole range, 1.00-1.08, which holds the goal
+    assert pooled == "| send_lat | 6 | 1.040 | 1.010-1.070 | 1.000-1.080 | <= 1.05 | yes (undecided) |"
     bw_run, bw_pool = _lines(out, "send_bw")
     assert bw_run.endswith("| >= 0.95 | yes |")
     assert bw_pool.startswith("| send_bw | 6 | 0.985 |")
@@ -55,8 +57,8 @@ def test_the_middleware_bench_rows_are_read_too(tmp_path: Path, capsys: pytest.C
            "sandwich_left_out": [], "met": False}
     assert main([str(_write(tmp_path, "m.json", [row]))]) == 0
     out = capsys.readouterr().out
-    assert _lines(out, "mpi_bw") == ["| mpi_bw | 0.900 (2 of 2) NO | >= 0.95 | NO |",
-                                     "| mpi_bw | 2 | 0.900 | 0.900-0.900 | >= 0.95 | NO |"]
+    assert _lines(out, "mpi_bw") == ["| mpi_bw | 0.900 (2 of 2) NO (undecided) | >= 0.95 | NO |",
+                                     "| mpi_bw | 2 | 0.900 | 0.900-0.900 | - | >= 0.95 | NO (undecided) |"]
     assert "The sandwiches of 1 run pooled:" in out
 
 
@@ -91,3 +93,18 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     err = p.stderr.read().decode()
     assert p.wait(timeout=30) == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_a_run_whose_interval_clears_the_goal_is_decided(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Ten sandwiches: the interval is their 2nd to 9th, 0.99-1.08 in the first run (the goal 1.05
+    # inside it: a miss that is not a verdict), 1.06-1.09 in the second (wholly above: a miss).
+    wide = [0.95, 0.99, 1.0, 1.05, 1.06, 1.06, 1.07, 1.07, 1.08, 1.2]
+    tight = [1.05, 1.06, 1.06, 1.07, 1.07, 1.07, 1.08, 1.08, 1.09, 1.10]
+    run1 = _write(tmp_path, "w.json", [_verbs_row("send_lat", wide, [])])
+    run2 = _write(tmp_path, "t.json", [_verbs_row("send_lat", tight, [])])
+    assert main([str(run1), str(run2)]) == 0
+    per_run, pooled = _lines(capsys.readouterr().out, "send_lat")
+    assert per_run == ("| send_lat | 1.060 (10 of 10) [0.990-1.080] NO (undecided) | "
+                       "1.070 (10 of 10) [1.060-1.090] NO | <= 1.05 | NO |")
+    # twenty pooled: the interval (6th to 15th) is 1.06-1.08, wholly above the goal
+    assert pooled.endswith("| 1.060-1.080 | <= 1.05 | NO |")

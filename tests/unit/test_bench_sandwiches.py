@@ -90,3 +90,49 @@ def test_a_chain_is_driven_peer_first_and_last_and_extended_on_the_peers_runs() 
     # F3, after which three count (F0, F2, F3); the cap, twice the repeats, is four as well.
     assert run_chain(peer, fab, repeats=2) == 4
     assert order == ["P0", "F0", "P1", "F1", "P2", "F2", "P3", "F3", "P4"]
+
+
+def test_the_median_interval_is_the_order_statistics_with_enough_coverage() -> None:
+    from sandwich import median_interval
+
+    # Coverage of [x_(k), x_(n+1-k)] is 1 - 2 P(Bin(n, 1/2) < k): for ten, k = 2 (97.9 %; k = 3
+    # would give 89.1 %); for twenty, k = 6 (95.9 %); five cannot reach 95 % (93.8 % for min-max).
+    assert median_interval([float(x) for x in range(10, 0, -1)]) == (2.0, 9.0)
+    assert median_interval([float(x) for x in range(20)]) == (5.0, 14.0)
+    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0]) is None
+    assert median_interval([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) == (1.0, 6.0)
+
+
+def test_a_goal_inside_the_interval_is_not_decided() -> None:
+    from sandwich import decided, verdict_word
+
+    near = [1.0, 1.02, 1.03, 1.04, 1.045, 1.055, 1.06, 1.07, 1.08, 1.1]
+    assert decided(True, 1.05, near) is None
+    assert verdict_word(False, None) == "NO (undecided)"
+    far = [0.90, 0.91, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99]
+    assert decided(True, 1.05, far) is True and decided(False, 0.95, far) is None
+    assert decided(False, 0.85, far) is True and decided(True, 0.85, far) is False
+    assert verdict_word(True, True) == "yes" and verdict_word(None, None) == "-"
+    assert decided(True, 1.05, [1.2, 1.3]) is None  # too few for any interval
+
+
+def test_the_peer_against_itself_uses_its_neighbours_two_runs_away() -> None:
+    from sandwich import peer_against_itself
+
+    # P1 against (P0 + P2) / 2, P2 against (P1 + P3) / 2; P3's neighbours (100, 150) disagree, so
+    # it is left out, and the ends (P0, P4) have one neighbour only.
+    assert peer_against_itself({0: 100.0, 1: 110.0, 2: 100.0, 3: 100.0, 4: 150.0}) == pytest.approx(
+        [110 / 100, 100 / 105])
+    assert peer_against_itself({0: 100.0, 1: None, 2: 100.0}) == []
+
+
+def test_the_verbs_table_marks_a_miss_its_interval_does_not_decide() -> None:
+    # Seven sandwiches whose median misses by 1 % while they spread by 10 %: NO, undecided.
+    peer = [200.0] * 8
+    fab = [190.0, 200.0, 206.0, 212.0, 214.0, 216.0, 230.0]
+    recs = [_rec("perftest", 0, peer[0])]
+    for i, f in enumerate(fab):
+        recs += [_rec("fabscope", i, f), _rec("perftest", i + 1, peer[i + 1])]
+    (row,) = table(recs)
+    assert row["met"] is False and row["decided"] is None
+    assert row["peer_self_ratios"] == pytest.approx([1.0] * 6)
