@@ -85,19 +85,27 @@ def per_run_table(runs: list[list[RowRun]]) -> list[str]:
            + " | goal | met in all |",
            "|---|" + "---|" * len(runs) + "---|---|"]
     for k, name in enumerate(names):
-        cells, all_met = [], True
+        # "met in all" is decided when every run's yes is, or when one run's NO is
+        cells, all_met, all_decided, a_decided_miss = [], True, True, False
         for run in runs:
             r = run[k]
             cell = sandwich_cell(r.verdict, r.used, r.left_out)
-            if r.met is not True:
-                cell += " " + verdict_word(r.met, decided(r.is_lat, r.goal, r.used)) if r.met is False else " -"
-                all_met = False
+            is_decided = decided(r.is_lat, r.goal, r.used)
+            all_decided = all_decided and is_decided is not None
+            a_decided_miss = a_decided_miss or is_decided is False
+            # a met run is plain unless its interval holds the goal; a miss always says NO
+            if r.met is not True or is_decided is None:
+                cell += " " + verdict_word(r.met, is_decided).replace("yes (", "(")
+            all_met = all_met and r.met is True
             cells.append(cell)
         first = runs[0][k]
         goal = ("<= " if first.is_lat else ">= ") + f"{first.goal:g}"
-        out.append(f"| {name} | " + " | ".join(cells) + f" | {goal} | {'yes' if all_met else 'NO'} |")
+        settled = all_decided if all_met else a_decided_miss
+        out.append(f"| {name} | " + " | ".join(cells) + f" | {goal} | {verdict_word(all_met, True if settled else None)} |")
     met = [sum(1 for r in run if r.met is True) for run in runs]
-    out += ["", "Goals met per run: " + ", ".join(f"{m} of {len(names)}" for m in met) + "."]
+    settled = [sum(1 for r in run if decided(r.is_lat, r.goal, r.used) is not None) for run in runs]
+    out += ["", "Goals met per run: " + ", ".join(f"{m} of {len(names)}" for m in met)
+            + "; decided by the interval: " + ", ".join(f"{d} of {len(names)}" for d in settled) + "."]
     return out
 
 

@@ -42,14 +42,15 @@ def test_a_row_missed_in_one_run_is_not_met_in_all_while_its_pool_may_meet(
     out = capsys.readouterr().out
     per_run, pooled = _lines(out, "send_lat")
     # three sandwiches are too few for an interval: the miss is not a verdict
-    assert per_run == "| send_lat | 1.070 (3 of 4) NO (undecided) | 1.010 (3 of 3) | <= 1.05 | NO |"
+    assert per_run == ("| send_lat | 1.070 (3 of 4) NO (undecided) | 1.010 (3 of 3) (undecided) | <= 1.05 | "
+                       "NO (undecided) |")
     # six sandwiches pooled: median (1.02 + 1.06) / 2 = 1.04, under the goal; the 95 % interval
     # of six is their whole range, 1.00-1.08, which holds the goal
     assert pooled == "| send_lat | 6 | 1.040 | 1.010-1.070 | 1.000-1.080 | <= 1.05 | yes (undecided) |"
     bw_run, bw_pool = _lines(out, "send_bw")
-    assert bw_run.endswith("| >= 0.95 | yes |")
+    assert bw_run.endswith("| >= 0.95 | yes (undecided) |")
     assert bw_pool.startswith("| send_bw | 6 | 0.985 |")
-    assert "Goals met per run: 1 of 2, 2 of 2." in out
+    assert "Goals met per run: 1 of 2, 2 of 2; decided by the interval: 0 of 2, 0 of 2." in out
 
 
 def test_the_middleware_bench_rows_are_read_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -57,7 +58,7 @@ def test_the_middleware_bench_rows_are_read_too(tmp_path: Path, capsys: pytest.C
            "sandwich_left_out": [], "met": False}
     assert main([str(_write(tmp_path, "m.json", [row]))]) == 0
     out = capsys.readouterr().out
-    assert _lines(out, "mpi_bw") == ["| mpi_bw | 0.900 (2 of 2) NO (undecided) | >= 0.95 | NO |",
+    assert _lines(out, "mpi_bw") == ["| mpi_bw | 0.900 (2 of 2) NO (undecided) | >= 0.95 | NO (undecided) |",
                                      "| mpi_bw | 2 | 0.900 | 0.900-0.900 | - | >= 0.95 | NO (undecided) |"]
     assert "The sandwiches of 1 run pooled:" in out
 
