@@ -85,23 +85,20 @@ def per_run_table(runs: list[list[RowRun]]) -> list[str]:
            + " | goal | met in all |",
            "|---|" + "---|" * len(runs) + "---|---|"]
     for k, name in enumerate(names):
-        # "met in all" is decided when every run's yes is, or when one run's NO is
-        cells, all_met, all_decided, a_decided_miss = [], True, True, False
+        cells = []
         for run in runs:
             r = run[k]
-            cell = sandwich_cell(r.verdict, r.used, r.left_out)
-            is_decided = decided(r.is_lat, r.goal, r.used)
-            all_decided = all_decided and is_decided is not None
-            a_decided_miss = a_decided_miss or is_decided is False
-            # a met run is plain unless its interval holds the goal; a miss always says NO
-            if r.met is not True or is_decided is None:
-                cell += " " + verdict_word(r.met, is_decided).replace("yes (", "(")
-            all_met = all_met and r.met is True
-            cells.append(cell)
+            settled = decided(r.is_lat, r.goal, r.used) is not None
+            # a met run's cell stays plain unless its interval holds the goal; a miss always says NO
+            mark = ("" if settled else " (undecided)") if r.met is True else " " + verdict_word(r.met, settled)
+            cells.append(sandwich_cell(r.verdict, r.used, r.left_out) + mark)
+        verdicts = [decided(run[k].is_lat, run[k].goal, run[k].used) for run in runs]
+        all_met = all(run[k].met is True for run in runs)
+        # "met in all" is settled when every run's yes is, or when any run's NO is
+        settled_all = all(v is not None for v in verdicts) if all_met else False in verdicts
         first = runs[0][k]
         goal = ("<= " if first.is_lat else ">= ") + f"{first.goal:g}"
-        settled = all_decided if all_met else a_decided_miss
-        out.append(f"| {name} | " + " | ".join(cells) + f" | {goal} | {verdict_word(all_met, True if settled else None)} |")
+        out.append(f"| {name} | " + " | ".join(cells) + f" | {goal} | {verdict_word(all_met, settled_all)} |")
     met = [sum(1 for r in run if r.met is True) for run in runs]
     settled = [sum(1 for r in run if decided(r.is_lat, r.goal, r.used) is not None) for run in runs]
     out += ["", "Goals met per run: " + ", ".join(f"{m} of {len(names)}" for m in met)
@@ -120,7 +117,7 @@ def pooled_table(runs: list[list[RowRun]]) -> list[str]:
         n, med = len(pool), statistics.median(pool)
         quart = f"{pool[n // 4]:.3f}-{pool[(3 * n) // 4]:.3f}"
         band = median_interval(pool)
-        ok = verdict_word(meets(first.is_lat, first.goal, med), decided(first.is_lat, first.goal, pool))
+        ok = verdict_word(meets(first.is_lat, first.goal, med), decided(first.is_lat, first.goal, pool) is not None)
         interval = "-" if band is None else f"{band[0]:.3f}-{band[1]:.3f}"
         out.append(f"| {first.name} | {n} | {med:.3f} | {quart} | {interval} | {goal} | {ok} |")
     return out

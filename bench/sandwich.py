@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from math import comb
+from statistics import median
 
 STABLE = 0.15  # the peer's two runs may differ by this much (relative to the smaller) to count
 MIN_SANDWICHES = 3  # a chain is extended until its verdict rests on this many (see chain_needs_more)
@@ -107,11 +108,16 @@ def decided(is_lat: bool, goal: float, ratios: Sequence[float]) -> bool | None:
     return ends[0] if ends[0] == ends[1] else None
 
 
-def verdict_word(met: bool | None, is_decided: bool | None) -> str:
-    """The tables' `met` cell: yes or NO on the median, marked when the interval does not decide it."""
+def verdict_word(met: bool | None, settled: bool) -> str:
+    """The tables' `met` cell: yes or NO on the median, marked when the interval does not settle it."""
     if met is None:
         return "-"
-    return ("yes" if met else "NO") + ("" if is_decided is not None else " (undecided)")
+    return ("yes" if met else "NO") + ("" if settled else " (undecided)")
+
+
+def self_cell(ratios: list[float]) -> str:
+    """The tables' peer-vs-itself cell: the median of peer_against_itself and how many it rests on."""
+    return f"{median(ratios):.3f} ({len(ratios)})" if ratios else "-"
 
 
 def peer_against_itself(peer: Mapping[int, float | None]) -> list[float]:

@@ -62,7 +62,7 @@ from typing import Any
 # bench/ is sys.path[0] when this file runs as a script.
 from middleware_peers import OSU_BIN, build_osu
 from peer_output import PARSERS, BenchError, tail
-from sandwich import decided, meets, peer_against_itself, sandwich_cell, verdict_word
+from sandwich import decided, meets, peer_against_itself, sandwich_cell, self_cell, verdict_word
 from softroce_vs_perftest import (
     GOAL_BW,
     GOAL_LAT,
@@ -289,10 +289,9 @@ def render(rows: list[dict[str, Any]], context: str = "") -> str:
         lat = r["kind"] == "lat"
         unit = {"lat_p50_us": "p50 us", "lat_mean_us": "mean us", "bw_MBps": "MB/s"}[r["metric"]]
         ratios = " / ".join("-" if x is None else f"{x:.3f}" for x in r["ratios"])
-        met = verdict_word(r["met"], r.get("decided"))
+        met = verdict_word(r["met"], r.get("decided") is not None)
         sandwich = sandwich_cell(r["sandwich"], r["sandwich_ratios"], r["sandwich_left_out"])
-        own = r.get("peer_self_ratios") or []
-        itself = f"{statistics.median(own):.3f} ({len(own)})" if own else "-"
+        itself = self_cell(r.get("peer_self_ratios") or [])
         lines.append(
             f"| {r['bench']} | {r['peer']} | {unit} | {' / '.join(fmt(x, lat) for x in r['peer_all'])} | "
             f"{' / '.join(fmt(x, lat) for x in r['fabscope_all'])} | {ratios} | "

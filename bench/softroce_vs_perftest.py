@@ -44,7 +44,7 @@ from typing import Any
 
 # bench/ is sys.path[0] when this file runs as a script (and mypy resolves it the same way).
 from placement import GuestAgent
-from sandwich import decided, meets, peer_against_itself, sandwich_cell, usable, verdict_word
+from sandwich import decided, meets, peer_against_itself, sandwich_cell, self_cell, usable, verdict_word
 
 REPO = Path(__file__).resolve().parents[1]
 # The guest side reads perftest's figure to decide whether a chain needs more repeats; the table
@@ -267,9 +267,8 @@ def render(records: list[dict[str, Any]], context: str = "", two_guests: bool = 
         ratio = "-" if r["ratio"] is None else f"{r['ratio']:.3f}"
         paired = "-" if r["paired_ratio"] is None else f"{r['paired_ratio']:.3f}"
         sandwich = sandwich_cell(r["sandwich_ratio"], r["sandwich_ratios"], r["sandwich_left_out"])
-        met = verdict_word(r["met"], r.get("decided"))
-        own = r.get("peer_self_ratios") or []
-        itself = f"{statistics.median(own):.3f} ({len(own)})" if own else "-"
+        met = verdict_word(r["met"], r.get("decided") is not None)
+        itself = self_cell(r.get("peer_self_ratios") or [])
         cmp = "<=" if r["lat"] else ">="
         pcmd = " ".join([r["perftest_cmd"] or r["bench"], *[a for a in r["perftest_args"] if a in ("-R", "-e")],
                          *(["-c", r["perftest_args"][r["perftest_args"].index("-c") + 1]]

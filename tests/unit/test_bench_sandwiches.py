@@ -108,11 +108,11 @@ def test_a_goal_inside_the_interval_is_not_decided() -> None:
 
     near = [1.0, 1.02, 1.03, 1.04, 1.045, 1.055, 1.06, 1.07, 1.08, 1.1]
     assert decided(True, 1.05, near) is None
-    assert verdict_word(False, None) == "NO (undecided)"
+    assert verdict_word(False, settled=False) == "NO (undecided)"
     far = [0.90, 0.91, 0.92, 0.93, 0.94, 0.95, 0.96, 0.97, 0.98, 0.99]
     assert decided(True, 1.05, far) is True and decided(False, 0.95, far) is None
     assert decided(False, 0.85, far) is True and decided(True, 0.85, far) is False
-    assert verdict_word(True, True) == "yes" and verdict_word(None, None) == "-"
+    assert verdict_word(True, settled=True) == "yes" and verdict_word(None, settled=False) == "-"
     assert decided(True, 1.05, [1.2, 1.3]) is None  # too few for any interval
 
 
