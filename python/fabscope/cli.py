@@ -28,10 +28,6 @@ TESTBED_HELP = ("test setups on one machine: netns (two hosts), softroce (a verb
 # What `run --backend mpi` uses when --mpi / --launcher are not given.
 MPI_DEFAULTS = {"mpi": "openmpi", "launcher": "mpirun"}
 
-# Engine options the CLI manages itself (modes, output, the control socket).
-CLI_MANAGED = {"peer", "peer-fd", "listen", "control-fd", "session-open", "format", "options-json", "counters-json",
-               "counters-serve", "list-backends", "help"}
-
 
 class Parser(argtypes.ArgumentParser):
     """argparse that exits 2 with one clear line (which argument, which value, what is allowed;
@@ -44,10 +40,10 @@ class Parser(argtypes.ArgumentParser):
 
 
 def _add_engine_options(p: argparse.ArgumentParser, table: dict[str, Any], skip: frozenset[str] = frozenset()) -> None:
-    from .engine import option_help
+    from .engine import mode_option_names, option_help
     from .plan import ENGINE_DEST
 
-    seen: set[str] = set(skip)
+    seen: set[str] = set(skip) | mode_option_names(table)  # the CLI sets those for each engine it starts
     core = p.add_argument_group("measurement options (engine)")
     groups = [(core, table["core"])] + [
         (p.add_argument_group(f"{name} backend options"), be["options"]) for name, be in table["backends"].items()
@@ -55,7 +51,7 @@ def _add_engine_options(p: argparse.ArgumentParser, table: dict[str, Any], skip:
     for group, rows in groups:
         for row in rows:
             name = row["name"]
-            if name in CLI_MANAGED or name in seen:
+            if name in seen:
                 continue
             seen.add(name)
             kwargs: dict[str, Any] = {"dest": f"{ENGINE_DEST}{name}", "default": argparse.SUPPRESS, "help": option_help(row)}
@@ -360,14 +356,33 @@ def _serve(ns: argparse.Namespace) -> int:
 
 
 def _backends(_ns: argparse.Namespace) -> int:
-    from .engine import backends, engine_path
+    """Every backend this fabscope knows (the engine's list): what each built one offers, and for each
+    one not built, the package that builds it."""
+    from .engine import backends, engine_path, known_backends
+    from .mpirun import MPI_FLAVOURS, find_mpi_engine
 
     print(f"engine: {engine_path()}")
-    for name, be in backends().items():
-        print(f"  {name:6} ops: {', '.join(be['ops'])}; patterns: {', '.join(be['patterns'])} - {be['summary']}")
-    missing = [b for b in ("tcp", "verbs", "ucx", "ofi") if b not in backends()]
+    built = backends()
+    missing: list[str] = []
+    for known in known_backends():
+        if known.name in built:
+            be = built[known.name]
+            print(f"  {known.name:7} ops: {', '.join(be['ops'])}; patterns: {', '.join(be['patterns'])} - {be['summary']}")
+            continue
+        if known.name == "mpi":  # engines of its own, started under a launcher
+            engines = []
+            for flavour in MPI_FLAVOURS:
+                try:
+                    engines.append(f"{flavour} ({find_mpi_engine(flavour)})")
+                except FileNotFoundError:
+                    pass
+            if engines:
+                print(f"  {'mpi':7} under mpirun or srun: {', '.join(engines)}")
+                continue
+        missing.append(f"{known.name} (apt-get install {known.package})")
     if missing:
-        print(f"  not built: {', '.join(missing)} (their development packages were missing at build time; `make setup`)")
+        print(f"  not built: {'; '.join(missing)}: their development packages were missing at build time; "
+              "install them and rebuild (`make setup`)")
     return EXIT_OK
 
 

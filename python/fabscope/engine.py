@@ -11,6 +11,7 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,14 @@ def process_option_names(table: dict[str, Any] | None = None) -> frozenset[str]:
     return frozenset(str(row["name"]) for row in rows if row.get("process"))
 
 
+def mode_option_names(table: dict[str, Any] | None = None) -> frozenset[str]:
+    """The options that choose what one engine process is (client, server, a listing) or how it talks
+    to its caller (the table's `mode` rows): the front end sets them for each process it starts, so
+    neither a run plan nor the CLI's measurement options carry them."""
+    table = table or option_table()
+    return frozenset(str(row["name"]) for row in table["core"] if row.get("mode"))
+
+
 def option_help(row: dict[str, Any]) -> str:
     """One option-table row's help as every listing shows it: the text, the allowed values, the default."""
     text = str(row["help"])
@@ -110,8 +119,24 @@ def option_help(row: dict[str, Any]) -> str:
 
 
 def backends() -> dict[str, Any]:
+    """The backends built into this engine, by name: summary, ops, patterns, option rows."""
     result: dict[str, Any] = option_table()["backends"]
     return result
+
+
+@dataclass(frozen=True)
+class KnownBackend:
+    """A backend this fabscope knows (the engine's `known_backends`), built here or not; `package` is
+    the Debian package whose presence at build time builds it. mpi is never built into the plain engine:
+    it lives in engines of its own (fabscope-engine-mpi-FLAVOUR), which mpirun.find_mpi_engine finds."""
+
+    name: str
+    built: bool
+    package: str
+
+
+def known_backends() -> list[KnownBackend]:
+    return [KnownBackend(str(b["name"]), bool(b["built"]), str(b["package"])) for b in option_table()["known_backends"]]
 
 
 def validate_args(engine_args: Sequence[str], binary: Path | None = None) -> None:

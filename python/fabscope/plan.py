@@ -25,10 +25,6 @@ from .rspreload import Preload, explain_failure
 
 OnResult = Callable[[Result], None]
 
-# Options that set the mode of one engine process (listen or connect, its control socket, its output);
-# a plan's `where` decides them, so a plan never carries them.
-MODE_OPTIONS = frozenset({"peer", "peer-fd", "listen", "control-fd", "session-open", "format", "options-json",
-                          "counters-json", "counters-serve", "list-backends", "help", "validate-only"})
 DEFAULT_TIMEOUT_S = 10.0
 _BUSY_RETRY_S = 0.25
 
@@ -113,8 +109,10 @@ class RunPlan:
         process's mode (the plan's `where` does), is a programming error here, not a user's: the
         CLI's parser only offers the table's names."""
         pairs = list(options.items() if isinstance(options, Mapping) else options)
-        known = known_option_names()
-        bad = [name for name, _ in pairs if name not in known or name in MODE_OPTIONS]
+        from .engine import mode_option_names
+
+        known = known_option_names() - mode_option_names()  # a plan's `where` decides the modes
+        bad = [name for name, _ in pairs if name not in known]
         if bad:
             raise ValueError(f"run plan: not engine measurement options: {', '.join(bad)}")
         return cls(tuple((name, str(value)) for name, value in pairs), where, preload)

@@ -107,4 +107,17 @@ int fs_backend_check(const struct fs_backend_ops *ops, struct fs_err *err);
 const struct fs_backend_ops *const *fs_backends(size_t *n);
 const struct fs_backend_ops *fs_backend_by_name(const char *name);
 
+/* Every backend this fabscope knows, built into this engine or not: the one list the front end
+ * (--options-json "known_backends"), the engine's own refusal of --backend and `fabscope
+ * backends` read. `package` is the Debian package whose presence at build time builds it (the
+ * build system's, engine/CMakeLists.txt). mpi lives in engines of its own
+ * (fabscope-engine-mpi-FLAVOUR, started under a launcher), so it is not built into this one. */
+struct fs_backend_known {
+    const char *name;
+    const char *package;
+    const struct fs_backend_ops *ops; /* NULL: not built into this engine */
+};
+const struct fs_backend_known *fs_backends_known(size_t *n);
+const struct fs_backend_known *fs_backend_known_by_name(const char *name);
+
 #endif

@@ -84,14 +84,13 @@ int fs_run_select_backend(struct fs_run *r, struct fs_err *err)
         for (size_t i = 0; i < n; i++)
             used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
                                      all[i]->name);
-        static const char *const known[] = {"verbs", "ucx", "ofi", NULL};
-        for (int i = 0; known[i]; i++)
-            if (strcmp(known[i], r->spec.backend) == 0)
-                return fs_fail(err, FS_EXIT_USAGE,
-                               "--backend %s: this engine was built without it (its library was "
-                               "missing at build time). Built-in backends: %s. Run `make setup` "
-                               "to install the development packages and rebuild",
-                               r->spec.backend, names);
+        const struct fs_backend_known *k = fs_backend_known_by_name(r->spec.backend);
+        if (k && !k->ops && strcmp(k->name, "mpi") != 0)
+            return fs_fail(err, FS_EXIT_USAGE,
+                           "--backend %s: this engine was built without it (%s was missing at "
+                           "build time). Built-in backends: %s. Install it and rebuild (`make "
+                           "setup`)",
+                           r->spec.backend, k->package, names);
         /* Names are lower case; "MPI" or "Verbs" is a typo worth naming. mpi is a backend of
          * the MPI engine that the front end starts under a launcher, not of this one. */
         const char *like = strcasecmp(r->spec.backend, "mpi") == 0 ? "mpi" : NULL;

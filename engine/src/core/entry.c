@@ -57,6 +57,15 @@ static void dump_options(void)
         fs_opt_dump_json(&set, cJSON_AddArrayToObject(b, "options"));
         free(tmp);
     }
+    const struct fs_backend_known *k = fs_backends_known(&n);
+    cJSON *kn = cJSON_AddArrayToObject(root, "known_backends");
+    for (size_t i = 0; i < n; i++) {
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddStringToObject(b, "name", k[i].name);
+        cJSON_AddBoolToObject(b, "built", k[i].ops != NULL);
+        cJSON_AddStringToObject(b, "package", k[i].package);
+        cJSON_AddItemToArray(kn, b);
+    }
     char *text = cJSON_Print(root);
     puts(text);
     cJSON_free(text);

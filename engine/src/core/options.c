@@ -368,6 +368,7 @@ void fs_opt_dump_json(const struct fs_opt_set *set, cJSON *array)
         }
         cJSON_AddBoolToObject(row, "local", (o->flags & FS_OPTF_LOCAL) != 0);
         cJSON_AddBoolToObject(row, "process", (o->flags & FS_OPTF_PROCESS) != 0);
+        cJSON_AddBoolToObject(row, "mode", (o->flags & FS_OPTF_MODE) != 0);
         cJSON_AddStringToObject(row, "help", o->help);
         cJSON_AddItemToArray(array, row);
     }

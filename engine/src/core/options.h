@@ -28,6 +28,10 @@ enum fs_opt_type {
 /* Sets this one engine process's role, sockets, CPU or output: two engines on one host (a
  * loopback run) never share it, whereas they share the other local options (device, ...). */
 #define FS_OPTF_PROCESS 0x4u
+/* Chooses what this process is (client, server, a listing) or how it talks to its caller (control
+ * socket, output format): the front end sets it for each process it starts, so a run plan never
+ * carries it (--options-json says "mode"). */
+#define FS_OPTF_MODE 0x8u
 
 struct fs_option {
     const char *name;

@@ -39,6 +39,61 @@ static const struct fs_backend_ops *const all[] = {
 #endif
 };
 
+/* The build system names the package of each backend (FS_PACKAGE_*, engine/CMakeLists.txt). */
+#if !defined(FS_PACKAGE_VERBS) || !defined(FS_PACKAGE_RSOCKET) || !defined(FS_PACKAGE_UCX) ||      \
+    !defined(FS_PACKAGE_OFI) || !defined(FS_PACKAGE_MPI)
+#error "FS_PACKAGE_* not defined: build registry.c through engine/CMakeLists.txt"
+#endif
+
+#ifdef FS_HAVE_VERBS
+#define FS_OPS_VERBS (&fs_backend_verbs)
+#else
+#define FS_OPS_VERBS NULL
+#endif
+#ifdef FS_HAVE_RSOCKET
+#define FS_OPS_RSOCKET (&fs_backend_rsocket)
+#else
+#define FS_OPS_RSOCKET NULL
+#endif
+#ifdef FS_HAVE_UCX
+#define FS_OPS_UCX (&fs_backend_ucx)
+#else
+#define FS_OPS_UCX NULL
+#endif
+#ifdef FS_HAVE_OFI
+#define FS_OPS_OFI (&fs_backend_ofi)
+#else
+#define FS_OPS_OFI NULL
+#endif
+#ifdef FS_HAVE_MPI
+#define FS_OPS_MPI (&fs_backend_mpi)
+#else
+#define FS_OPS_MPI NULL
+#endif
+
+static const struct fs_backend_known known[] = {
+    {"tcp", "", &fs_backend_tcp},
+    {"verbs", FS_PACKAGE_VERBS, FS_OPS_VERBS},
+    {"rsocket", FS_PACKAGE_RSOCKET, FS_OPS_RSOCKET},
+    {"ucx", FS_PACKAGE_UCX, FS_OPS_UCX},
+    {"ofi", FS_PACKAGE_OFI, FS_OPS_OFI},
+    {"mpi", FS_PACKAGE_MPI, FS_OPS_MPI},
+};
+
+const struct fs_backend_known *fs_backends_known(size_t *n)
+{
+    *n = sizeof known / sizeof known[0];
+    return known;
+}
+
+const struct fs_backend_known *fs_backend_known_by_name(const char *name)
+{
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(known[i].name, name) == 0)
+            return &known[i];
+    return NULL;
+}
+
 const struct fs_backend_ops *const *fs_backends(size_t *n)
 {
     *n = sizeof all / sizeof all[0];
