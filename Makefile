@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The two commands of the README:
 #   make run    set up, then the loopback suite (every built backend and pattern) with its report
 #   make test   set up, then every test (unit, engine C tests, sanitizers, fuzz smoke, integration,

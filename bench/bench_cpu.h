@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The two helpers every bench program here needs: a monotonic clock in nanoseconds and pinning
  * the calling thread to one CPU (the benches compare tools across this VM's two CPUs, so where
  * each thread runs is part of the measurement). Header-only: each program is one cc command. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* core_to_core CPU_A CPU_B MS: the round trip of one cache line between two CPUs, bounced by two
  * spinning threads for MS milliseconds; prints {"cpus": [A, B], "rtt_ns": median, "batches": n}.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope exporter` against node_exporter scraping the same 64 RDMA ports (goal: fabscope <= node_exporter).
 
 The sysfs tree is synthetic in count only: 64 copies of real fixture layouts (the rxe-qemu port

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Simulate the fabric matrix on synthetic fabrics: does the rule find every planted fault,
 with no false positives, in fewer pair-measurements than a full all-pairs run?
 

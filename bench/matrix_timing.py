@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Where a fabric matrix's time goes (issue 24, part 3): an all-pairs bandwidth matrix of 8 hosts
 on the netns testbed, every host's fabric link shaped to 200 Mbit/s, agents started by mpirun,
 default measurement settings; the matrix's own `timing` section (fabscope.matrix/1) says how much

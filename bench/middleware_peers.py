@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """fabscope's UCX, libfabric and MPI backends against ucx_perftest, fi_pingpong and an OSU-style MPI
 ping-pong on this host: alternated, medians, ratios.
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* OSU-style MPI point-to-point peer for bench/middleware_peers.py: the project's own few lines,
  * written to behave like osu_latency / osu_bw, so fabscope's MPI backend has a peer measured the
  * way MPI users usually measure.

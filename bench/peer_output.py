@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What the peer tools print, read into figures: one module that the host benches and the guest half
 of the Soft-RoCE middleware bench (tests/softroce/middleware_bench.py, which decides from the peer's
 figures whether a chain needs more repeats) both import. Nothing here but the standard library.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Where the hypervisor has put this VM's CPUs, as seen from inside: the round trip of a cache line
 between two CPUs (bench/core_to_core.c), probed before every measurement of a bench.
 

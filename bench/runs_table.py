@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Several runs of one Soft-RoCE bench side by side, and their sandwiches pooled.
 
     python3 bench/runs_table.py RUN1.json RUN2.json RUN3.json

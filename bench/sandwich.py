@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The one rule every bench uses to judge fabscope against a peer tool run just before and just after
 it (a sandwich: peer, fabscope, peer). The machine's speed moves while a bench runs (the VM's CPU
 placement on the host, a TCG guest's levels); two peer runs that disagree say it moved under the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """How long the matrix schedules take to produce at fabric scale (not a test: it always exits 0).
 
 - all-pairs for 10,000 hosts, whole (AllPairs.table: 9,999 rounds x 5,000 pairs as one array),

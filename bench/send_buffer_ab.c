@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* send_buffer_ab SECONDS SEGMENT_MS [A B]: one loopback TCP connection, a receiver thread on CPU 0 that
  * reads 1 MiB messages with blocking reads (as qperf's tcp_bw server does) and a sender thread on
  * CPU 1 that writes 1 MiB messages with blocking writes, switching every SEGMENT_MS between two

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """fabscope's UCX, libfabric, MPI and rsocket backends against their peer tools between two
 Soft-RoCE guests (rxe), alternated in one boot of two pinned guests.
 

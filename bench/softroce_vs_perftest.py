@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """fabscope vs perftest on Soft-RoCE (rxe), alternated, medians and spread of the repeats.
 
     PYTHONPATH=python python3 bench/softroce_vs_perftest.py [--repeats 5] [--only send_lat,read_bw]

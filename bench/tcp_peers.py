@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """fabscope's TCP backend against sockperf, qperf and iperf3 on loopback: alternated, medians, ratios.
 
     python3 bench/tcp_peers.py [--repeats 5] [--duration 3] [--json out.json]

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # MPI builds of the engine: fabscope-engine-mpi-openmpi and fabscope-engine-mpi-mpich, each built
 # with its MPI's own compiler-wrapper flags (two MPIs in one CMake project cannot go through
 # find_package(MPI)). Included from CMakeLists.txt after the fscore target is defined:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # `make deb`: build/deb/fabscope_VERSION_ARCH.deb with the Debian tooling (debhelper, dh-python), from a
 # copy of this tree's files (tracked and new, not ignored) under build/deb: the checkout is never
 # written to. packaging/debian is the package's debian/ directory; its changelog is written here from

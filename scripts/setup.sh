@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Idempotent setup: Debian packages from deps/apt-packages.txt (only the missing ones), a .venv with
 # deps/python-requirements.txt and fabscope, and the engine built and installed into .venv/bin.
 set -euo pipefail

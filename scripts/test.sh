@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Every test, in order of cost. Fails on the first failing stage and says which.
 set -euo pipefail
 cd "$(dirname "$0")/.."

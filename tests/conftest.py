@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Shared helpers: run the real engine and the real CLI, never mocks."""
 
 from __future__ import annotations

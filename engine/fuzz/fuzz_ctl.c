@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* libFuzzer target for everything the engine parses from the network: control frames, the
  * peer's settings inside a "config" frame, applied through the option table, and its data-path
  * networks, matched against a fixed list of interfaces. */

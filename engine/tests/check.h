@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Minimal assertions for the C unit tests: report every failure, exit non-zero at the end. */
 #ifndef FS_CHECK_H
 #define FS_CHECK_H

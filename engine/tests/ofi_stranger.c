@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A stranger on an ofi msg data port (tests/integration/test_serve_session_mac.py): a libfabric
  * connection request to ADDR:PORT whose connection data is NOT the session's token (32 zero
  * bytes), as another program on the fabric would send. Prints "sent" once the request is out, then

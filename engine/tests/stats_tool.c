@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* stdin: one sample a line. stdout: the engine's summary of them as JSON. */
 #include <stdio.h>
 #include <stdlib.h>

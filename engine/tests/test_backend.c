@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Registration refuses a backend built for another ABI, one missing a hook, or one with unknown
  * capability bits; every built-in backend passes. */
 #include <string.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The engine's clock: which source it picks and why, and that the TSC path keeps CLOCK_MONOTONIC's
  * time line and rate. The live checks run on this machine's real /proc and /sys; the refusal
  * cases use copies of them with one thing changed. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* datapath: the client's --device networks, and the server's pick among its own addresses. The
  * interface lists are built by hand, shaped as getifaddrs returns them (a netns host with a
  * fabric and a management link), so every case runs without the interfaces existing. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The driver-statistics reader (core/ethtool.c) against this host's real netdevs: what it hands
  * over is exactly what the driver lists and the filter accepts, a name that is no netdev is -1,
  * and the pause filter takes the names drivers give their pause and PFC counters. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* fs_hex_*: the hex text backends exchange their addresses in (hex.h). */
 #include <cjson/cJSON.h>
 #include <stdint.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* linkfacts.c: the link rate and PCIe link of the device that carried a run, against the real
  * sysfs layouts of tests/fixtures/sysfs (none of them holds a current_link_speed: host-no-rdma's
  * virtio eth0 reports speed -1, rxe-qemu-numa's virtio NIC sits on conventional PCI behind a PCI

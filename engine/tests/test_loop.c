@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The timing loops (src/core/loop.c) on the null backend (src/backends/null.c): a client and a
  * server side, each in its own thread as two engines would be, joined by a socketpair for the
  * control channel and by the null backend's in-process pairing for the "data". Each side runs

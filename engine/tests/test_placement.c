@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* placement.c, --cpu auto | near | far | N against real sysfs layouts (tests/fixtures/sysfs):
  * rxe-qemu-numa is a guest with two NUMA nodes (node0: CPU 0, node1: CPUs 1-2) whose NIC, and so
  * rxe0 on it, sits on node 1; host-no-rdma is a one-node host. The process pins itself for real,

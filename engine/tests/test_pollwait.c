@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* fs_pollwait: a bounded wait that never gives the poll function a timeout (librdmacm's rpoll
  * before v63 stops honouring timeouts after its first one; see pollwait.h). The poll function here
  * is poll(2) behind a recorder that fails the test on any timeout other than 0 or -1. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sysfs.c, the reader the measurement snapshot and the exporter's dump share: numbers and lines
  * relative to a directory, the netdevs of an RDMA port (tests/fixtures/sysfs), hidden entries
  * passed over, and the --counters-serve file cache re-reading a file it keeps open. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* tcp_sockets.c on real loopback sockets of this process: a connection the library would have
  * opened is found and its data segments counted from the first snapshot on; the socket passed as
  * the control connection, listening sockets and non-TCP sockets are left out; a socket opened

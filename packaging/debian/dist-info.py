@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Writes fabscope-VERSION.dist-info beside the installed package (debian/rules): what pip list and
 importlib.metadata read. The version is the package's one version (python/fabscope/__init__.py)."""
 

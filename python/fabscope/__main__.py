@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 import sys
 
 from .cli import main

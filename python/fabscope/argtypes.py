@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """argparse `type=` helpers shared by every subcommand: a bad value is exit 2 with one line that
 names the argument, the value and what is allowed, never a traceback.
 

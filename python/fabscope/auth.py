@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The shared key of `fabscope serve` and its clients: reading it safely, naming it without showing
 it, and the HMAC-SHA256 challenge-response both ends compute.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`run --capture FILE.pcap`: the run's packets, taken by tcpdump on the device's netdev, and a
 summary per InfiniBand BTH opcode decoded by tshark (Wireshark's maintained dissector; no packet
 parsing here: tshark gives the fields; the opcode names are its own, in capture_opcodes.py).

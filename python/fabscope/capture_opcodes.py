@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The InfiniBand BTH opcodes by the names Wireshark gives them (4.0, the value string of
 ``infiniband.bth.opcode``, as ``tshark -G values`` lists it), so a capture summary reads like the
 dissector the user opens the file in. The table is the IBTA's (Volume 1, 9.2: transport service

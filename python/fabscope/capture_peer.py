@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`run --peer HOST --capture FILE.pcap`: the server's half of the capture, over serve's "capture"
 service (a connection of its own beside the run's engine session, authenticated the same way).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The `fabscope` command: subcommands only; the logic lives in the modules they call.
 
 Adding a subcommand: give every option a `type=` from argtypes.py (finite numbers in range, ports,

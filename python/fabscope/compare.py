@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Regression calls: `fabscope compare BASELINE CURRENT`.
 
 Each side is a run id, ``latest`` / ``latest~N``, a tag (every run with that tag: repeated runs),

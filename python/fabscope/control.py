@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The control protocol's framing in Python (the engine's ctl.c is the reference): a 4-byte
 big-endian length, then one JSON object with a string "type"; a size cap; a deadline on reads."""
 

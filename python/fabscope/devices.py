@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Discovery of RDMA devices, their ports, GIDs, netdevs and PCI placement.
 
 Two sources, each for what it knows:

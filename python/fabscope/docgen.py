@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Man pages and shell completion generated from the argparse tree, so they cannot drift from the CLI.
 
 `python -m fabscope.docgen --man DIR --bash-completion FILE --zsh-completion FILE

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Finding the measurement engine and reading its option table (the single source of options)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Exit codes and the one exception type the CLI turns into a message (never a traceback)."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope history` (list, show, export) and the store options of `run` / `suite`
 (``--store PATH``, ``--no-store``, ``--tag TEXT``). The store itself is ``fabscope.store``."""
 

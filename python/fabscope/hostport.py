@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """HOST, HOST:PORT and [IPv6]:PORT: the one reader of an address with a port, for what users type
 (strict: split) and for what records and peers report (lenient: host_of). The engine's reader
 (fs_split_hostport, core/ctl.c) takes the same forms."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What the RDMA, UCX and libfabric libraries offer on a host: the engine's ``--inventory-json``.
 
 The engine asks the libraries themselves (``ibv_query_port``/``ibv_query_gid_table``, UCT's

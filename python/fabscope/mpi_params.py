@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The names of MPI tuning parameters, as the MPI library on this host reports them, so that a
 misspelt one is refused (exit 2, with the closest names) instead of being ignored by MPI.
 

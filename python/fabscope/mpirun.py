@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Launch commands for the MPI builds of the engine (`fabscope-engine-mpi-<openmpi|mpich>`).
 
 The MPI engine runs as 2 ranks: rank 1 is the server, rank 0 the client, and only rank 0 prints

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A run plan: what the engines on both hosts are told, built in one place.
 
 `fabscope run`, the loopback suite, the two-host suite and the matrix's MPI pairs each describe a

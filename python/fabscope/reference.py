@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The latency reference from the history (issue 20): latency has no universal ceiling, so a
 latency result is measured against the fabric's own p50 of the same case in earlier runs.
 

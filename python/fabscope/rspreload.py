@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`run --backend tcp --preload rsocket|PATH`: the tcp backend's engine under librdmacm's
 ``librspreload.so``, i.e. what an unmodified sockets application gets over RDMA.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Starting engines: both ends on this host (loopback), or the client against `fabscope serve`.
 
 The runner never times anything: it starts processes, streams their JSON lines, and enforces an

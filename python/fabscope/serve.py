@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope serve`: answers `fabscope run --peer` (and `doctor --peer`) from other hosts, one run
 at a time, on a network where not every client is honest.
 

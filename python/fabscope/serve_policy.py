@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What `fabscope serve` lets a client do: which sources may connect (--allow), how many connections
 at once, and how big a run may be (size, memory, time, rate). Every refusal names the limit and the
 serve option that raises it.

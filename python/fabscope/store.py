@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """History: every run's results in an embedded SQLite store (stdlib sqlite3, nothing to install).
 
 Default file ``$XDG_DATA_HOME/fabscope/history.db`` (``~/.local/share/fabscope/history.db`` when

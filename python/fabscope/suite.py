@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The loopback suite (`make run`): every built backend, operation and pattern on this host, with the
 same methodology, in one comparison table, plus report files."""
 

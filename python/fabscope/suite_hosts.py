@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The two-host comparison suite: `fabscope suite --peer HOST` (against `fabscope serve` there) and
 `--hosts A,B` (MPI rows through the launcher): every transport that can run between the two hosts,
 same sizes and methodology, `--device` applied to every row, one comparison row per transport.

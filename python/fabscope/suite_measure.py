@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What every row of a suite measures (loopback and between two hosts), and so the sizes of its
 comparison table: one owner, light to import."""
 from __future__ import annotations

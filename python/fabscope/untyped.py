@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Reading JSON whose shape nothing guarantees: a record from a file or the network, an engine's reply,
 an inventory from another host. A part that is missing or of the wrong type reads as empty or None,
 never as an exception; infinities, NaN and booleans are not numbers here.

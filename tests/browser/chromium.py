@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Open a local HTML file in real headless Chromium, offline, and report what a person would see.
 
 Talks the DevTools protocol over --remote-debugging-pipe (fd 3 in, fd 4 out, NUL-terminated JSON),

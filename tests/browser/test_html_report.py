@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The HTML report in a real browser: headless Chromium opens it offline and must see no console
 error, ask for nothing but the file itself, draw every chart at a sane size, and paint a screenshot
 that is not blank. The same file validates under html5lib's strict parser."""

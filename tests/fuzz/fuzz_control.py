@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Coverage-guided fuzz target for `fabscope serve`'s Python control path (atheris, libFuzzer's
 engine for Python), the counterpart of engine/fuzz/fuzz_ctl.c for the C parser.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The Python control path's fuzz target, in the ordinary test run: its seed corpus, a few hundred
 property-based inputs (hypothesis, fixed seed), and a short atheris run of the CI target itself.
 The long coverage-guided run is its own stage in scripts/test.sh."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A CPU hog on the engine's CPU, and loopback runs beside it, for test_compare_cpu_hog.py.
 
 ``python cpu_hog.py runs CPU ITERS SPIN_MS ROUNDS`` (the caller starts it in a session of its own):

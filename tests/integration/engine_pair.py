@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Runs two real engines on loopback for the middleware tests: a server on 127.0.0.1:0 (its first
 stdout line names the port) and a client pointed at it. The lead may replace this with the front
 end's runner; it only starts processes and parses their JSON lines."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A relay between `fabscope run` and a keyed `fabscope serve`, frame by frame, as anyone on the
 control path could be. Standard library only (plus the MAC length), so the Soft-RoCE guests run
 the same file (tests/softroce/cm_stranger.py imports it from the repository mounted in the client guest).

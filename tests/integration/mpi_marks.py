@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Which MPI engines this build has, as pytest skip marks (shared by the mpirun and srun tests)."""
 
 from __future__ import annotations

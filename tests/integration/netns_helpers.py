@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Move real bytes between the netns testbed's namespaces and build result records.
 
 Shared by tests/unit/test_path.py and tests/integration/test_netns_testbed.py.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A real `fabscope serve` on loopback for the serve tests: started as a user starts it, its JSON
 log in a temporary file, stopped by the PID this helper started (never by name)."""
 

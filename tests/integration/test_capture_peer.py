@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """serve's "capture" service (capture_peer.py) against a real keyed `fabscope serve` on loopback: a
 serve that cannot capture says why before anything is measured, over the authenticated session,
 and stays free for runs. The capture itself (tcpdump + tshark) runs between the Soft-RoCE guests

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A CPU hog on the engine's CPU is a tail regression (issue 23), on real loopback runs.
 
 Eighteen runs of TCP latency at 8 B with the client engine pinned on one CPU, interleaved so the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Explain the number (issue 20), proven on real runs: plant a cause, see it named; run clean, see
 nothing named. Loopback TCP for segmentation (the MSS the engine reports), the netns testbed with a
 queue too small for the burst for TCP retransmissions. No timing is asserted."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A real Prometheus scrapes `fabscope exporter` inside a netns testbed host while fabscope measures
 TCP bandwidth over fabric0 from fs-a to fs-b: the bytes Prometheus saw arrive on fs-b's fabric0
 match the bytes fabscope's own record counted there, within 2 %.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Missing, dying, busy and mismatched peers: a clear error within the deadline, never a hang."""
 
 from __future__ import annotations

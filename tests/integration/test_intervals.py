@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Per-interval bandwidth (--interval): the core's accounting, for every backend, checked with the
 tcp backend on loopback (two real engines).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The coordinator and real agents on loopback (no launcher, no namespaces): the one-time token,
 a silent connection that must not block others, a pair measured by two agents' engines, and an
 agent that stops answering becoming unreachable within its deadline."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope matrix` for real on the N-host netns testbed: agents started by mpirun (through the
 testbed's rsh agent), engines on every host, shaped links as the ground truth.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """MPI engines under mpirun on one host: Open MPI (ob1+vader, ob1+tcp, pml ucx over tcp and sm),
 MPICH; the components each run reports, and a setting that had no effect."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """MPI between two hosts of the netns testbed, under real launchers: `fabscope run --backend mpi
 --hosts H1,H2` with mpirun (Open MPI, MPICH hydra) through `fabscope testbed netns env`, and with
 srun on a Slurm whose nodes are the testbed's hosts (one slurmd inside each).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """MPI engines under srun, for real: a private one-node Slurm (fabscope.testbed.slurm) on this host,
 `fabscope run --loopback --backend mpi --launcher srun` for Open MPI (srun --mpi=pmix) and MPICH
 (--mpi=pmi2), and the failures: a node that cannot be had, an unreachable controller, a bad

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The engine between two network namespaces: bandwidth against a tbf-shaped link (ground truth),
 and the path verdict on real traffic: verified, misrouted (naming the link that carried it)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The netns testbed itself: idempotent up/down, N hosts on two switches, tbf/htb shaping as ground
 truth (every host, one host, one pair), host names inside the hosts, and launchers starting
 processes on them through `fabscope testbed netns env`.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """libfabric backend over loopback: tcp (rdm and msg), shm, udp; what a provider cannot do."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The path verdict, judged on real counter snapshots from the netns testbed.
 
 The tests move real bytes between fs-a and fs-b (a Python bulk stream or ping-pong run under

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A tcp bandwidth run whose peer ends first says why the peer ended, in the peer's own words
 (issue 21: under heavy loss the client said only "the peer closed the data connection (peer
 process ended)").

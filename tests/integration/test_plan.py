@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """plan.py, the one owner of what a run's engines are told: names checked against the engine's own
 option table, a plan's options reaching the engine unchanged, and the one exit-code rule."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The report's history trend on real stored runs: five loopback TCP latency runs with busy polling
 (tag busy), then five with blocking waits on an idle-prone VM (tag block, tens of microseconds more
 per message): `fabscope report latest` draws the trend and marks the block runs as the regression

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """rsocket, the rspreload mode and --capture on a host WITHOUT an RDMA device (this build machine):
 every one refuses before measuring, exit 2, naming what the host has, and never runs kernel TCP in
 their place. The same features working on a real device: tests/softroce/test_rsocket_capture.py."""

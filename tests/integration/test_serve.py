@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope serve` against silent, slow, unauthenticated, replaying and greedy clients: real serve,
 real engines, loopback only."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Unauthenticated connections cannot starve authenticated service (issue 21): 64 slow-loris
 connections that send their hello one byte a second, from 4 loopback addresses (127.0.0.2-5) and
 reconnecting every 3 s, fill every handshake slot of a keyed `fabscope serve` (64, 16 per source:

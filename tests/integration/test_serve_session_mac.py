@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """After the handshake, every control frame of a keyed session is authenticated (issue 21): a relay
 on the path that passes the handshake on untouched and then changes ONE byte of one later frame
 ends the session, and the end is logged with its reason (serve's JSON log for a frame the server

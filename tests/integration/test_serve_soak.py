@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Soak: one `fabscope serve` (with a key) takes back-to-back honest runs while hostile clients hammer
 it: garbage, oversize length prefixes, silent connections, half-closed ones, slow-loris, bursts of
 many at once, wrong keys and replays. Zero serve deaths, every honest run completes, open file

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The main job (`make run`): every built backend, op and pattern on loopback, one table, report files."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The two-host comparison suite in the netns testbed: `suite --peer` from fs-a against `fabscope serve`
 (with a shared key) on fs-b over a fabric0 shaped to 1 Gbit/s, `--device fabric0` on every row; and
 `suite --hosts fs-a,fs-b`, whose MPI rows mpirun starts inside the two hosts."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Real TCP over loopback, through the CLI a user runs."""
 
 from __future__ import annotations

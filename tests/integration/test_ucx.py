@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """UCX backend over loopback: tcp, sm and posix; the selected lanes; name checking; no peer."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The .deb installed into a clean Debian root (debootstrap minbase, cached; a throw-away overlay per
 run) and used there without the checkout: --version, a loopback run, doctor, the man pages, the
 completion, the serve unit (installed, not enabled) and the Grafana/Prometheus files.

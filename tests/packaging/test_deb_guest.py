@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The .deb in a Soft-RoCE guest: `fabscope testbed softroce run --package` installs it at boot
 (dpkg -i; the guest image has its Depends) and the packaged /usr/bin/fabscope with its engine measures
 over a real verbs device (rdma_rxe). The other guest tests run the tree from the read-only share:

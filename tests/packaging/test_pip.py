@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """pip: the sdist (`python -m build --sdist`) installed by `pip install` into a clean venv outside the
 checkout compiles the engine with CMake (scikit-build-core) against this host's libraries, and that
 venv's `fabscope` reports one version and the backends built and runs a loopback measurement. A

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Random argv through every subcommand: no traceback, a documented exit code, and a usage error
 (exit 2) that names what was wrong.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Sizes have one grammar and two readers: the engine's (fs_parse_size, for the options it takes)
 and argtypes.byte_size (for front-end-only options such as serve's --max-size). Random strings in
 and around the grammar must get the same answer from both: refused by both, or read as the same

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Runs in the client guest (tests/softroce/test_rsocket_capture.py, case key-cm-stranger): a verbs
 `--cm` run of a keyed session through a control relay that, on seeing the server engine's rdma_cm
 address go by, first sends a foreign rdma_cm connection request there (`rping -c`: no token in its

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Guest side of bench/softroce_vs_middleware_peers.py: runs in the CLIENT guest of a two-guest
 boot whose server guest runs the testbed's default `fabscope serve`.
 

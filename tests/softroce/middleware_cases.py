@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Guest-side cases of UCX and libfabric over rxe between two Soft-RoCE guests (issue 27).
 
 Runs in the CLIENT guest of ONE two-guest boot (the server guest runs the testbed's default

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # The server half of a peer tool (ucx_perftest, fi_pingpong, rstream), started in the server guest
 # over ssh by middleware_cases.run_peer: usage `peer_server.sh SECONDS 'COMMAND'`.
 #

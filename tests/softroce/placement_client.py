@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Guest side of bench/placement.py's GuestAgent: asks the host to probe the placement of the two
 host CPUs the guests run on, between two runs of a bench chain. Without an agent (no
 /out/placement/agent: a test's boot, or an older host script) every call returns None at once.

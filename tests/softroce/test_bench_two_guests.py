@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The perftest comparison in its default mode, for real: bench/softroce_vs_perftest.py boots two
 pinned guests, the server halves of both tools run in the server guest (its bench-server
 section), the client halves in the client guest. Two short cases, one repeat: this checks the

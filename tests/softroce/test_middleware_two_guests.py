@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """UCX, libfabric and MPI over RDMA between two Soft-RoCE guests, for real (issue 27); and, first in
 the same boot, the fabric matrix with the verbs backend across them.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """rsocket, `--backend tcp --preload rsocket` and `--capture`, for real between two Soft-RoCE guests;
 the two-host suite's RDMA rows beside its tcp row between the same guests; and the wire itself
 (RoCE v2 on eth0 as tshark decodes it).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The Soft-RoCE testbed, for real: qemu guests with a kernel rxe device.
 
 Boots its guests one run at a time (single-guest runs for the device checks and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """verbs and rdma_cm backends on a real verbs device: rdma_rxe in the Soft-RoCE qemu guest.
 
 Boots are slow under TCG, so ONE guest boot runs everything (tests/softroce/verbs_suite.py writes

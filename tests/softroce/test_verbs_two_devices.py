@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """verbs over two devices in one run (``--device rxe0,rxe1``), for real: two Soft-RoCE guests
 with two links each (``links=2``: eth0/rxe0 on one datagram link, eth1/rxe1 on another), the
 server being ``fabscope serve --device rxe0,rxe1``.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Guest-side verbs suite: runs inside ONE Soft-RoCE guest boot (boots are slow under TCG).
 
 Usage (in the guest): python3 verbs_suite.py OUTDIR [SECTION...]

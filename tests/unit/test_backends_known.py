@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The engine owns the list of backends and which options are modes: an engine built without its
 backends (FS_WITHOUT, engine/CMakeLists.txt) names each one as not built with the package that builds
 it, in its option table, in its refusal of --backend and in `fabscope backends`."""

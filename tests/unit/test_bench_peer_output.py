@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """How the benches read ucx_perftest's result (bench/peer_output.py), on rows it printed between the
 two Soft-RoCE guests (UCX 1.13.1, 8-byte tag_lat)."""
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The host benches' placement rule (bench/placement.py, used by bench/tcp_peers.py): a sandwich
 counts only when every probe of the CPU-to-CPU round trip around it saw one placement of the VM's
 CPUs, and the probe itself measures that round trip for real."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """bench/runs_table.py: several runs of a Soft-RoCE bench side by side (each run's verdicts, and
 the sandwiches of all runs pooled), from the --json files both benches write."""
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The Soft-RoCE benches' verdict rule (bench/softroce_vs_perftest.py `sandwiches`, also used by
 bench/softroce_vs_middleware_peers.py): each fabscope run against the mean of the peer's runs just
 before and just after it, a sandwich spanning a change of the guests' speed left out."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The shared argparse type= helpers: what each accepts, and that each refusal is an argparse
 message naming the argument, the value and what is allowed."""
 

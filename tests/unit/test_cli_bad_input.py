@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Bad input that used to be accepted or mishandled (issue 21, section 3), run as a user runs it
 (the real `fabscope` process): each is exit 2, names what was given (quoted, a newline visible, a
 long value cut), says what would be right, and never prints a traceback."""

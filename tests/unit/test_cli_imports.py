@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What a command loads before it measures: each subcommand builds only its own options, so `run`
 (started on every host a launcher reaches, and under emulation in the Soft-RoCE guests, where each
 module body costs tens of milliseconds) does not load serve, compare, the matrix or the charts."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Arguments that used to end in a traceback or the wrong exit code, run as a user runs them: the
 real `fabscope` process, argv as bytes (so non-UTF-8 arrives exactly as a shell passes it), real
 stdio. Each must be exit 2 with one line naming the argument, before anything starts."""

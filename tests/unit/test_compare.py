@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope compare`: the rule on real loopback runs (a blocking receive against busy polling is a
 regression, exit 9), one run is never called, identical sides are the same; the statistics
 against known values. The full A/A validation is bench/compare_validation.py (bench/RESULTS.md)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope compare` names the causes that differ when B is slower than A (issue 20, "Where it
 shows"): stores built from the saved real records (tests/fixtures/records), compared the way the
 CLI does it (load_side reads the store; each result's explanation is derived when it is parsed).

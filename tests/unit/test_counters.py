@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The typed counters of a record (results/counters.py): one parser for the explanation, the path
 verdict, the preload's device and the matrix's error counters. Real records from the fixtures; a
 malformed part reads as absent, never as an exception (a record is network input or a file)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """fabscope.devices against copies of real sysfs layouts (tests/fixtures/sysfs/*/NOTE.md), with
 the engine inventory of the same host where there is one (tests/fixtures/inventory/README.md),
 and against this machine's live /sys and engine."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Man pages and shell completions (bash, zsh, fish) come from the argparse tree: every subcommand has its page, every
 option of every command is in a page and in the completion, and man(1) renders them without warnings."""
 

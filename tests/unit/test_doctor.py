@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """fabscope doctor: every check with a passing and a failing case.
 
 Fixtures are copies of real layouts (tests/fixtures/sysfs/*/NOTE.md).  Where no published

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """HostFacts, the facts `fabscope doctor --peer` sends between hosts: the JSON stays flat (one key
 per compared version, in the order of the comparison) and reads back to the same facts."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The option table: one source for parsing, help, the JSON dump, and usage errors (exit 2)."""
 
 from __future__ import annotations

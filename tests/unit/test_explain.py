@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The explanation's decision (fabscope.results.explain) on real saved records (tests/fixtures/records).
 
 Variants change one engine-reported fact of a real record (a retransmission count, a path MTU) to

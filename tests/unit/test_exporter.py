@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope exporter` on real sysfs layouts: the engine's --counters-json, the collector's units and
 unwrapping, promtool's verdict on the exposition, the dashboard and the alert rules."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The exporter's long-lived engine (`fabscope-engine --counters-serve`): the same snapshot as
 --counters-json at every request, fresh values from the files it keeps open, devices that come and
 go, a deadline on every answer, a restart when the engine dies; and the text format served whatever

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """One reader of HOST[:PORT] and [IPv6]:PORT (fabscope/hostport.py): what a user types (strict, the
 forms the engine's fs_split_hostport takes) and what a record or a peer reports (lenient)."""
 from __future__ import annotations

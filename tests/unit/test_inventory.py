@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope-engine --inventory-json` on this host (no RDMA device; real UCX and libfabric), its
 reader, the fixtures, and the promise that what the doctor lists is what the run options
 accept: every listed name is tried with the engine's own validation."""

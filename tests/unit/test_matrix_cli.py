@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope matrix` refuses what it cannot run before starting anything (exit 2, one clear line)."""
 
 from __future__ import annotations

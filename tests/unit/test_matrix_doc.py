@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A fabscope.matrix/1 document read back (MatrixRun.parse): what `fabscope report` draws from a file.
 
 The document is the one `fabscope matrix --format json` writes (MatrixRun.to_json), around a record an

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The screen without a barrier between rounds (matrix/pipeline.py): a pair starts as soon as both
 its hosts are free; no host is ever in two measurements at once; each host's measurements keep the
 schedule's order; a failure that stops everything still ends the run with it."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The matrix rule and attribution, on synthetic fabrics (pure logic) and real engine records
 (tests/fixtures/records) for the evidence."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Schedules of the fabric matrix: disjoint rounds, every pair once, the sizes at scale."""
 
 from __future__ import annotations

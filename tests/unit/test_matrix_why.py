@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The causes a matrix finding carries (issue 20): the explanations of its slow pairs' real records
 (tests/fixtures/records), counted and worded by fabscope.results.findingwhy.
 

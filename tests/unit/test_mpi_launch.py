@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """How `run --backend mpi` turns --hosts and --device into a launch, and what the record then says
 about it (mpirun.check_hosts, device_mapping, describe_launch): pure functions, no process started."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The path verdict on hand-written counter snapshots: the arithmetic and the RDMA-port/netdev relation.
 
 The verdict on real traffic in the netns testbed is in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The path verdict's sides, typed (results/pathsides.py): what each host judged and which devices
 carried its bytes, for the explanation, the matrix and the report. Real records from the fixtures;
 a malformed side reads as absent."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The report's renderers on saved records: golden text / Markdown / CSV, the comparison rows, the
 charts (heatmap findings, histogram or percentile fallback), and the inputs' errors.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The result model on records the engine really printed (tests/fixtures/records, saved from the
 0.1.0 engine before the model existed, plus one with the histogram the engine added after): every
 one is still read, judged, rendered and exported losslessly; a broken record is an error naming the

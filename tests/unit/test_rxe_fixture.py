@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """devices and doctor on the sysfs captured from the Soft-RoCE guest (a real rxe layout)."""
 
 from __future__ import annotations

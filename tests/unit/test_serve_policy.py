@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """serve's limits and the shared key's MACs, on their own (the integration tests drive them through
 a real serve; these pin the rules)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Two ends of a measurement on one machine, bound to the same CPU: the record says that its
 latency measures CPU sharing (a scheduler tick), not the network (results/cpushare.py). Only the
 same kernel boot AND the same single CPU on both ends earns the warning; the launch plumbing keeps

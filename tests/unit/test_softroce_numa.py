@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The Soft-RoCE testbed's NUMA guest (`run(numa=True)`, `--numa`): the qemu command line it
 builds, the combination it refuses, and the sysfs fixture captured from such a guest. No boot."""
 

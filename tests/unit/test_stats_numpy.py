@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The engine's statistics against numpy on the same samples (exact order statistics)."""
 
 from __future__ import annotations

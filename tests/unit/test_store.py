@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The history store: migrations from an older file, kill -9 of writers at any moment, two writers
 at once, filters, and the `history` command. Every store lives under tmp_path."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """runner.stream_client ends what it started: a launcher that outlives its guard is stopped with its
 whole process group (a `timeout` killed alone left srun and its ranks holding the pipes for ever),
 and an engine's stderr note reaches the user even when the run succeeded."""

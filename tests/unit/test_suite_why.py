@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The suites' "why" column and lines, and the two-host table's "% of expected" (issue 20, "Where it
 shows"), on results parsed from saved real records (tests/fixtures): a row names the causes seen in
 its results (``-`` when none is), the lines under the table are the explanation's own."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """fabscope.testbed.preflight: the root and PATH rules the netns and Slurm testbeds share, and
 the HOST=VALUE argument type of `fabscope testbed netns up`. No root, no network: the uid is
 the one thing faked (this suite may run as root or not)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """fabscope/untyped.py: the lenient readers of JSON nothing guarantees, and a reader that uses them on
 input from another host (an engine's inventory), which must read a malformed number as absent."""
 

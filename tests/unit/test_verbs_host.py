@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The verbs backend on a host without RDMA: it is built and registered, its options are in the
 table, and asking for it fails cleanly (exit 2, what is missing and what to do), never a hang or a
 crash. The real device tests run in the Soft-RoCE guest (tests/softroce/test_verbs.py)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The path verdict for a run spread over several devices (verbs ``--device rxe0,rxe1``).
 
 The record is real: two Soft-RoCE guests with two links each (see tests/fixtures/records/README.md).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The path verdict under librspreload (rspreload.py): the run is judged against the RDMA device,
 and rxe's packet-only port must count enough packets to have carried the payload, so a connection
 handshake followed by a fallback to kernel TCP (which the netdev counts too) is not "verified".

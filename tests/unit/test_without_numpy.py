@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What runs inside the Soft-RoCE guests (and on a bare cluster node) has only Python's standard
 library: serve, run, suite and the matrix (coordinator and agent) must load without numpy. A
 module-level numpy import in the matrix schedule once broke `fabscope` in every guest."""

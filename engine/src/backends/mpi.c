@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* MPI backend: point-to-point between ranks 0 and 1 of MPI_COMM_WORLD, as MPI users see it, with
  * the same timing loop as every other transport. Built only into fabscope-engine-mpi-<flavor>,
  * whose main initialises MPI and runs rank 1 as the server and rank 0 as the client.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What the mpi backend reads from Open MPI's internals (mpi_ompi_private.c, the one file that
  * includes Open MPI's private headers): which components Open MPI selected, and its progress
  * engine. Open MPI only. */

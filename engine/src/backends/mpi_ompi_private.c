@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The mpi backend's reads of Open MPI's internal structures (mpi_ompi.h): the selected pml/mtl are
  * globals of the MCA framework, the peer's endpoint lists the btls ob1 uses for it, and the
  * progress engine is what MPI_Wait spins. Its headers are installed by libopenmpi-dev

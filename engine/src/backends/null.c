@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The null backend (fio's "null" ioengine): every post completes at once, in this process, and
  * nothing touches a network. Two endpoints in one process are paired through connect(): a message
  * whose target sees it (the op's role for the pattern is ACTIVE) counts as an arrival at the other

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* libfabric backend: msg (connected) and rdm (reliable datagram) endpoints; send/recv, RMA write
  * and read, and 64-bit fetch-add / compare-swap where the provider has them.
  *

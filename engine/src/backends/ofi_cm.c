@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ofi backend: the address exchange and connecting. An rdm endpoint inserts the peer's address
  * into its address vector; a msg server accepts the first connection request that carries the
  * session's token, a msg client connects and a helper thread waits for FI_CONNECTED. */

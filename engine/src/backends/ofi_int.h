@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Private to the ofi backend (libfabric); each file holds one job:
  *   ofi_select.c     libfabric on this host: loading it, checking --provider/--domain against
  *                    fi_getinfo, choosing the fi_info a run opens

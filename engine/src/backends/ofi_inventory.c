@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ofi backend: the providers, fabrics, domains and endpoint types libfabric offers on this host,
  * for --inventory-json. */
 #define _GNU_SOURCE

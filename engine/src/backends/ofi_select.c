@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ofi backend: libfabric on this host. Loads the library, checks the provider and domain the user
  * names against what fi_getinfo reports (an unknown name is a usage error listing what exists, a
  * capability the provider lacks is "unsupported by provider X"), and chooses the fi_info a run

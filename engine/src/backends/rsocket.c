@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* rsocket backend: librdmacm's sockets over RDMA (rsocket/rbind/rlisten/raccept/rconnect/rsend/
  * rrecv/rpoll), with the tcp backend's message discipline (one rsend() per message, one whole
  * message handed to the core per arrival), so "tcp" and "rsocket" rows compare like with like.

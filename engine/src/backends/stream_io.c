@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* See stream_io.h. */
 #define _GNU_SOURCE
 #include "stream_io.h"

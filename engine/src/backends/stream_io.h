@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The data path of the stream-socket backends (tcp: kernel sockets; rsocket: librdmacm's sockets
  * over RDMA), written once: one send per message, one whole message handed to the core per
  * arrival, the deadline-bounded waits of pollwait.h, the addresses the records report. A backend

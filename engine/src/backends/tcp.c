@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* TCP backend: one socket, one send() per message and one recv() per message (as qperf and
  * sockperf do), so message rate means what an application would see. Every call passes
  * MSG_DONTWAIT, except that a --poll block wait for data sleeps in recv() (stream_io.c). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* UCX backend (UCP): tag, active message, put, get and 64-bit atomics over whatever UCX selects,
  * and a report of what it did select (lanes, transports, devices, protocol for the size).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Private to the ucx backend: the transport resources UCX offers on this host and the check of
  * names against them, with UCX's transport aliases (ucx_resources.c); the inventory
  * (ucx_inventory.c) reads them too. */

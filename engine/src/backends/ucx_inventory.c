@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ucx backend: the UCX components, memory domains, transports and aliases of this host for
  * --inventory-json. */
 #define _GNU_SOURCE

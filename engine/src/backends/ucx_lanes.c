@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* What UCX selected for an endpoint: its lanes (transport, device, usage) and the protocol of a
  * message size, read from ucp_ep_print_info's text. That text is not an API: the parser knows the
  * layout of UCX 1.13 (lane[i]: ... md[k] -> ... sysdev[n] USAGE, and "op: A..<proto>..B" threshold

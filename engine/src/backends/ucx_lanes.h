@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The lanes of a UCP endpoint (ucx_lanes.c), shared by the ucx backend and the mpi backend (Open
  * MPI's pml ucx: which UCX transports carried MPI's bytes). */
 #ifndef FS_UCX_LANES_H

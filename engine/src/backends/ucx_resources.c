@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* ucx backend: what UCX offers on this host (the walk `ucx_info -d` does) and the check of the
  * names a user gives (--ucx-tls, --device, UCX_TLS, UCX_NET_DEVICES) against it, before UCX sees
  * them, with UCX's transport aliases. */

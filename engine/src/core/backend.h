@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The contract between the core and a transport backend (fio's ioengine_ops, versioned). A backend
  * moves bytes; the core owns every clock read, every loop and every statistic. */
 #ifndef FS_BACKEND_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The only clock the engine reads: nanoseconds on CLOCK_MONOTONIC's time line.
  *
  * Where the CPU's time stamp counter is invariant and the kernel itself keeps time with it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The measurement snapshot: the traffic and error counters of every netdev and RDMA port,
  * read before and after each measured size (counters.h). The exporter's full dump is
  * counters_dump.c; both read sysfs through sysfs.c. */

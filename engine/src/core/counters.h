@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Raw traffic counters of every netdev and RDMA port, read before and after each measured size.
  * Raw means raw: IB port_xmit_data stays in 4-byte words here; the front end owns units, wrap
  * handling and the verdict. */

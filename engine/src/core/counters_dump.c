@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The exporter's counters: `--counters-json` (every counter of every RDMA port and netdev, raw,
  * once, with the unit table) and `--counters-serve` (the same, one snapshot per line read, files
  * kept open through sysfs.c's cache). The per-run snapshot is counters.c. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Control channel between two engines (and `fabscope serve`): TCP, length-prefixed JSON frames
  * (4-byte big-endian length, then a JSON object with a string "type"), a size cap, and a
  * deadline on every read. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Which network the data path is on, told by the client to a server that was given no device.
  *
  * A client asks for `--device fabric0` while its control connection reaches the server over

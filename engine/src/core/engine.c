@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Client and server flows around the timing loops: configuration agreement, connection, the
  * per-size protocol, and the result records. */
 #include "engine.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 #ifndef FS_ENGINE_H
 #define FS_ENGINE_H
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The engine's command line (entry.h): its options through the option table, its modes (--peer
  * client, --listen or --control-fd server, --options-json and the other listings) and its exit
  * code. fabscope-engine's main() and the MPI engines' run it. */

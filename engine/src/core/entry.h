@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The engine's command line: what fabscope-engine's main() runs, and what the MPI engines run once
  * MPI is up (engine/src/mpi/main_mpi.c), so both follow the same client/server flows. */
 #ifndef FS_ENTRY_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* See ethtool.h. */
 #define _GNU_SOURCE
 #include "ethtool.h"

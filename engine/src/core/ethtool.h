@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A netdev driver's own statistics (`ethtool -S`, the SIOCETHTOOL ioctl): the one reader for the
  * exporter's dump (counters_dump.c) and the per-run snapshot (counters.c). Pause and PFC
  * counters, which lossless RoCE depends on, exist nowhere in sysfs. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* fabscope engine: shared types. Everything the core and the backends agree on lives here. */
 #ifndef FS_H
 #define FS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Hex text of opaque bytes for the control channel (hex.h). */
 #include "hex.h"
 

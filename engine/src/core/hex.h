@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Opaque bytes as hex text: how backends carry their addresses (a UCX worker address, a libfabric
  * endpoint name, a packed rkey) in the JSON of the control channel. */
 #ifndef FS_HEX_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The inventory: one object with a part per library. The parts come from the backend files;
  * this file only assembles them and says which libraries the build left out. */
 #include "inventory.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* `fabscope-engine --inventory-json`: what the RDMA, UCX and libfabric libraries on this host
  * really offer, as one JSON object (schema fabscope.inventory/1) the front end's `devices` and
  * `doctor` read instead of parsing ibv_devinfo, ucx_info and fi_info text.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The link facts of the device that carried a run: netdev speed, PCIe link (linkfacts.h). */
 #define _GNU_SOURCE
 #include "linkfacts.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The link facts of the device that carried a run, for the ceiling of a bandwidth result (issue
  * 20: fabscope.results.explain decides the expected rate from them): the netdev's speed and the
  * PCIe link of the device's PCI function, read from sysfs (fs_sysfs_root(), so tests use

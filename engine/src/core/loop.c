@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 #define _GNU_SOURCE
 /* The only timing loops in fabscope. Backends post and progress; everything that reads the clock
  * or decides when a phase ends is here, identical for every transport. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The one option table: drives parsing, --help, the config echo in every result, the JSON dump
  * the front end reads, and the copy of the shared settings sent to the peer. */
 #ifndef FS_OPTIONS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Result records: one JSON object per size (schema fabscope.result/1), or a perftest-style text
  * table printed from the same object. */
 #ifndef FS_OUTPUT_H

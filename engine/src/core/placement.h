@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* --cpu auto | near | far | N: the engine's CPU against its device's NUMA node (placement.c). */
 #ifndef FS_PLACEMENT_H
 #define FS_PLACEMENT_H

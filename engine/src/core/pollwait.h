@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* A bounded wait on one descriptor that never hands a timeout to the poll function.
  *
  * librdmacm before v63 (Debian 12 ships v44) leaks its poll counter whenever rpoll() returns on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* State of one engine run, shared by the timing loops, the client/server flows and the output. */
 #ifndef FS_RUN_H
 #define FS_RUN_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The receive slots of a backend that keeps receives posted ahead of the messages (mpi, ucx; ofi
  * keeps the same books and should use this too): which slots wait to be posted (again) and how many
  * are posted. A stack, so the slot that completed last is the next one posted. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The core option table. Backends add their own rows in their own file. */
 #include "spec.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The effective configuration of one engine run: filled from the option table only. */
 #ifndef FS_SPEC_H
 #define FS_SPEC_H

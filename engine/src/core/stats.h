@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Statistics over every sample: exact order statistics, no ring buffer. Records also carry a
  * compact log-linear histogram of the samples (for comparing two runs' distributions), never
  * used for the percentiles themselves. */

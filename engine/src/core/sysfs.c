@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* sysfs reading shared by the measurement snapshot and the exporter's dump (sysfs.h). */
 #define _GNU_SOURCE
 #include "sysfs.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Reading sysfs attributes, shared by the measurement snapshot (counters.c) and the exporter's
  * dump (counters_dump.c): the root, a number or a line relative to an open directory, the netdevs
  * of an RDMA port, and the file cache --counters-serve keeps between snapshots. */

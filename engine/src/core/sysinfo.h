@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Host facts recorded with every result because they change what a latency means. */
 #ifndef FS_SYSINFO_H
 #define FS_SYSINFO_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* TCP sockets of this process opened by the transport library: see tcp_sockets.h. */
 #define _GNU_SOURCE
 #include "tcp_sockets.h"

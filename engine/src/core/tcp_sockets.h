@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The TCP sockets of this process that the transport library opened (UCX's tcp transport,
  * libfabric's tcp/sockets/net providers, MPI's tcp btl): fabscope does not own them, so it has no
  * TCP_INFO of them through its backend, yet they are file descriptors of this very process. A

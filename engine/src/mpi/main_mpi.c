@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* fabscope-engine-mpi-<flavor>: started by mpirun/srun with 2 ranks. Rank 1 becomes the server
  * (the normal --control-fd flow on a socket it accepted), rank 0 the client (the normal --peer
  * flow); MPI carries only the control port between them, the data goes through the mpi

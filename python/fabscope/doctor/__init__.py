@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """fabscope doctor: every known pitfall of an RDMA/HPC host, with evidence and the fix.
 
 Use :func:`run_doctor` with a :class:`Context`; the check modules register themselves on

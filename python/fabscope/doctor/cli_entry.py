@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope devices` and `fabscope doctor`: their options (fill_devices_parser,
 fill_doctor_parser, which the CLI's one parser tree calls) and what they run. main_devices and
 main_doctor run either without the CLI around it. Mistakes on the command line are explained in

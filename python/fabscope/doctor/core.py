@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The doctor's building blocks: findings, the check registry, the context, the runner.
 
 A *check* is a function ``(ctx) -> list[Finding]`` registered with :func:`check`.  Each

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """CPU placement and power management: NUMA node of the NIC vs the CPUs this process may
 use, the frequency governor, cpuidle driver/governor and /dev/cpu_dma_latency."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Cross-host comparison: software versions and MTUs that differ between two hosts.
 
 :func:`collect_host_facts` returns a JSON-serialisable dict so it can travel over

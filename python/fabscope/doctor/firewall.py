@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Firewall rules (iptables and nftables) that would drop RoCE v2 (UDP 4791) or fabscope's
 control port (TCP 18515, the port perftest also uses)."""
 

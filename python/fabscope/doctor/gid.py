@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """RoCE GID table: is there a RoCE v2 GID, and what does a tool defaulting to index 0 get."""
 
 from __future__ import annotations

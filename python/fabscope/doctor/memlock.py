@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Locked-memory limit (RLIMIT_MEMLOCK): for this shell, and for the non-interactive
 sessions that ssh and mpirun start (they get their limits from pam_limits, which reads
 /etc/security/limits.conf and limits.d/*.conf)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """IP-level checks: IPoIB mode and MTU, TCP buffer sysctls for high-bandwidth TCP."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """libfabric: the providers fi_getinfo offers here (the engine's inventory, the same list
 ``--provider`` is checked against), whether FI_PROVIDER names one that exists, and a verbs
 provider where RDMA devices exist."""

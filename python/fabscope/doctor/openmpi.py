@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Open MPI settings that silently change or disable the RDMA path: pml/btl/mtl
 exclusions (Debian's openmpi-mca-params.conf excludes pml ucx), the openib BTL (removed
 in 5.x, ignoring InfiniBand ports in 4.x without btl_openib_allow_ib), and UCX_NET_DEVICES

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope doctor --peer`: the peer's `fabscope serve` runs its own checks and sends them with its
 host facts; the client then compares the two hosts. Same framing and hello as engine runs."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """RDMA port checks: state, subnet manager, link layer, MTU, rate vs netdev speed, PCIe."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """UCX: every name in UCX_TLS and UCX_NET_DEVICES must exist among the transports and devices
 UCX itself reports on this host (the engine's inventory, the same list ``--ucx-tls`` and
 ``--device`` are checked against).  UCX drops names it cannot use with at most a warning, so a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope exporter`: the fabric's counters and fabscope's latest results for Prometheus.
 
 Each scrape asks the collector's one long-lived ``fabscope-engine --counters-serve`` (the engine is the only

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The Prometheus collector: one engine snapshot per scrape into metric families, plus fabscope's
 latest results (see the package docstring for what is exported and why)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Where the exporter finds what fabscope measured: the history store and report files."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The engine's counter snapshot for the exporter: ``fabscope-engine --counters-json`` once, or one
 long-lived ``--counters-serve`` per collector (SnapshotEngine), reading its loosely typed JSON, and
 unwinding 32-bit wraps between scrapes."""

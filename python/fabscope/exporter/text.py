@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The Prometheus text exposition (format 0.0.4), written straight from the collector's series.
 
 prometheus_client's ``generate_latest`` re-validates and re-escapes every label of every sample at

@@ -1,1 +1,2 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The fabric matrix: schedules of disjoint pairs, agents under the launcher, findings."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope matrix-agent`: the one process the launcher starts on each host of a matrix.
 
 It connects back to the coordinator (`fabscope matrix` on the launch node) within a deadline,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope matrix` and `fabscope matrix-agent`: their options and what they run.
 
 `fabscope matrix --hosts H1,...,HN --backend tcp --device fabric0 --pattern bw` starts the

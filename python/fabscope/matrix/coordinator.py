@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The coordinator: where the agents started by the launcher check in, and how they are driven.
 
 It listens on one TCP port for exactly the hosts of the matrix. An agent is accepted only when it

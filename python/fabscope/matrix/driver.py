@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The matrix run, independent of how a pair is measured: screen, judge, retest, attribute.
 
 The same driver runs real measurements (``fabscope.matrix.execute``) and the simulation in

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Running a matrix for real: agents under the launcher, one engine pair per job, all jobs of a
 round at once (their hosts are disjoint).
 

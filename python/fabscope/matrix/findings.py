@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Attribution: from confirmed-bad directions to bad nodes, bad links and misrouted pairs.
 
 - a **bad node**: slow with more than ``node_share`` of its partners (its row and column);

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Starting one matrix agent per host with the cluster's own launcher (the only way fabscope
 starts a process on another host: no ssh fan-out, no daemon of ours).
 

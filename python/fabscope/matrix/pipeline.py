@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The screen's rounds without a barrier between them: a pair starts as soon as both its hosts are
 free, not when the whole round before it has ended.
 

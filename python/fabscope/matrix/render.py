@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The matrix as text (N x N tables per pattern, findings under them) and CSV.
 
 A cell is the median of the screen (and retest) figures of that direction: row = sender (the

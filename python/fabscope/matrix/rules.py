@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The rule: when is a measurement suspect, when is a suspect confirmed, what to retest.
 
 Centre and spread are robust: the median of every screened measurement of a pattern, and the

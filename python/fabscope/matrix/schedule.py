@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Schedules: which pairs of hosts are measured together, round by round.
 
 A round is a list of disjoint pairs of host indices (0..n-1): no host is ever in two

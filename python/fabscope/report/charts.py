@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Charts for the HTML report: matplotlib figures turned into inline SVG elements.
 
 Every function takes plain series (numbers with their labels), never result records: the mapping

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope report INPUT... [--html F] [--md F] [--csv F]`: the report files from saved results."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """From result records to the series the charts draw and the rows of the suite's comparison.
 
 One transport = one line on a chart = one row of the comparison: the backend, the operation and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The self-contained HTML report: one file, inline SVG charts, inline CSS, no script, no request.
 
 Opened anywhere (a laptop on a plane, a ticket attachment) it shows the same thing: nothing is

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What `fabscope report` reads: result files (JSON lines as `run --format json` and the suite write
 them), report directories, and the suite's and matrix's own objects found among them.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Markdown: real tables (GitHub-flavoured pipes), not fenced text blocks."""
 
 from __future__ import annotations

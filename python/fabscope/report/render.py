@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Renderers: text (perftest-like, with notes), CSV, Markdown, JSON lines, all from typed results
 (``fabscope.results.Result``); JSON is the record itself (``Result.to_json``), so nothing is lost."""
 

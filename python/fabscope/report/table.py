@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The table model: a column list and rows of values, built from typed results (``fabscope.results``)."""
 
 from __future__ import annotations

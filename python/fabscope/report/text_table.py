@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The one writer of aligned plain-text tables (report, compare, suite, two-host suite, devices):
 columns two spaces apart, each as wide as its widest cell, left-aligned unless named in
 ``right``; no trailing blanks. What goes in the cells is the caller's (the table model's

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """History trends for the report: the stored runs of the report's cases, with regressions marked as
 `fabscope compare` calls them (``fabscope.compare``, the one owner of that rule).
 

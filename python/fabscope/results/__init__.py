@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The result model: one owner for the records fabscope produces.
 
 - ``model``: ``fabscope.result/N`` -> typed ``Result`` (validation, the path verdict attached once)

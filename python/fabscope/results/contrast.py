@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The causes that differ between two sides of a comparison (issue 20, `fabscope compare`).
 
 ``explain.py`` decides each cause of one record; this module only sets the explanations of A's

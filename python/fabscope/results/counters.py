@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The counters of a result record, typed: each side's snapshot of its netdevs and RDMA ports around
 the run (``counters.local`` / ``counters.peer``, as the engine read them), the driver's pause
 statistics behind an RDMA port, and TCP_INFO of the sockets a transport library opened.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The one rule for two ends of a measurement that share a CPU.
 
 Two busy-polling ends bound to the same CPU of the same machine take turns on it: each half round

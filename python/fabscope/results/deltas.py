@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Counter deltas: one side's before/after snapshots (as the engine emits them) -> bytes per device.
 
 Owns the counter arithmetic only: 4-byte words of IB ``port_*_data``, 32-bit saturation and wrap,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The one error type of the result model: a record that is not valid, naming the field."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Why the number is what it is: the one decision over the facts a record carries (issue 20).
 
 The engine gathers facts around the measured phase (the transport's own report: TCP MSS, path MTU,

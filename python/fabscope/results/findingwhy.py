@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Why a matrix finding is slow: the causes seen on its slow pairs, and the diagnosis worded once (issue 20).
 
 ``explain`` decides each cause on one record; this module only counts those decisions over the

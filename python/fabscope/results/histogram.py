@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The compact latency histogram a record carries (``latency_us.histogram``), and its statistics.
 
 Scheme ``log2-linear`` (the engine writes it in engine/src/core/stats.c, ``fs_histogram_index``):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The fabric matrix's output: ``fabscope.matrix/1``, one object per matrix run.
 
 Owns the types the matrix produces and their JSON: a ``Measurement`` is one directed pair

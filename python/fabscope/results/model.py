@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The typed result model: one ``Result`` per ``fabscope.result/N`` record the engine prints.
 
 Owns: the schema names and versions this front end reads, validation (a record that fails is a

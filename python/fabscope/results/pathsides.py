@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The path verdict's sides, typed: per host, the verdict, the bytes it observed and which devices
 carried them (``path.sides.local`` / ``path.sides.peer``, as ``verdict.py`` writes them).
 

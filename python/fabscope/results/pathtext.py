@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Rendering of the path verdict: byte amounts, the one-line summary, the text lines under a table.
 
 A share is a percentage only up to 100 %: above that (loopback, tiny payloads, where headers and

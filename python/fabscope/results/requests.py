@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What the user asked to carry the bytes: the device request the path verdict judges against.
 
 A device named anywhere counts: ``config.device``, ``config.bind`` (the device owning that

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The suite's shape: ``fabscope.suite/1``, the one summary object a suite run writes (suite.json)
 beside its result records (``*.jsonl``, ``fabscope.result/1``).
 

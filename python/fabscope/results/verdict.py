@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The path verdict: which device carried a measurement's bytes, against what the user asked for.
 
 Owns the ``path`` object of a result record (schema ``PATH_SCHEMA``):

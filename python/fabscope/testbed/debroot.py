@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A clean Debian root to install a package into: what the .deb test (tests/packaging) runs in.
 
 :func:`build` makes once, and caches, a ``debootstrap --variant=minbase`` root of the Soft-RoCE

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The PVH entry point of a Debian kernel: qemu boots an ELF vmlinux with XEN_ELFNOTE_PHYS32_ENTRY
 straight into 64-bit code, skipping 3-4 s of in-guest decompression under TCG."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """An exclusive file lock with a deadline, for testbed steps that must not run twice at once
 (building the Soft-RoCE image, starting or stopping the one-node Slurm)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """N "hosts" on one machine: network namespaces fs-a, fs-b, ... on two switched networks.
 
     fs-a                      fs-switch (namespace)                      fs-b, fs-c, ...

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Running iproute2 commands for the netns testbed: one place for the deadline, the error text
 and the host naming rules (netns.py, netns_shape.py and netns_launch.py all use it)."""
 

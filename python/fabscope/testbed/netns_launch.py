@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """How launchers start processes on the netns testbed's hosts: host names, a remote-shell agent,
 host files, and the environment that makes plain ``mpirun -H fs-a,fs-b`` work.
 

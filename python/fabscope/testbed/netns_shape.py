@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Shaping the netns testbed's fabric with tc: known rates to measure against, and faults on purpose.
 
 Three kinds, all on the fabric network only (mgmt0 is never shaped):

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Preflight checks the testbeds share (netns, Slurm): the programs a step needs, and root.
 
 Each testbed raises its own error class with its own fix; these only hold the rule."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A one-node Slurm on this host, for running `fabscope run --backend mpi --launcher srun` for real;
 or (``up --netns``, ``up(dir, netns_hosts=[...])``) one node per host of the netns testbed: node
 fs-a is ``slurmd -N fs-a`` running inside host fs-a (netns.ns_exec_argv), at its mgmt address,

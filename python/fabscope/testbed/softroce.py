@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Soft-RoCE testbed: a qemu guest whose Debian kernel has ``rdma_rxe``.
 
 The build machines have no RDMA NIC and their kernel has no RDMA support, but a

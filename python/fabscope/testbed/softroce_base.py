@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The Soft-RoCE testbed's shared facts: the image recipe, run-time settings, errors, paths
 and host checks, the cached image's description, and the logged/locked steps every stage uses."""
 

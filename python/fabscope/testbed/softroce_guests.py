@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The guests' lifecycle: one or two qemu TCG guests joined by a datagram link, a command run in
 one (a server command in the other), every wait with a deadline, the exit status returned."""
 

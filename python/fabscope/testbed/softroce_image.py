@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The Soft-RoCE guest image: a debootstrap bookworm root, its kernel and initrd, built once and
 cached outside the work tree (the recipe in softroce_base is its cache key)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """siw (iWARP) for the guests: Debian's kernel does not build it, so it is built out of tree
 against the headers of the guest's exact kernel, and cached beside the image."""
 

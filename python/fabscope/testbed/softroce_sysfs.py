@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The real rxe sysfs layout copied out of a guest, for the doctor's fixtures."""
 
 from __future__ import annotations

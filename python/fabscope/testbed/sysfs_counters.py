@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The testbed's own sysfs counter reader, for testbed and test checks only (never for a verdict:
 the engine is the one counter reader of a measurement). Snapshots have the engine's shape, so
 ``side_counters`` builds the per-side ``counters`` object of a record around real kernel counts.

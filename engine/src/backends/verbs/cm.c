@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* verbs backend: rdma_cm (--cm): connecting RC queue pairs through librdmacm. Built only
  * where librdmacm is found (cm_none.c otherwise). */
 #define _GNU_SOURCE

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* verbs backend without librdmacm: --cm is refused at setup, naming the package that adds it;
  * nothing else here is ever reached (every other caller is behind --cm). */
 #define _GNU_SOURCE

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* verbs backend: the data path: work requests, completions, per-size preparation. */
 #define _GNU_SOURCE
 #include "verbs_int.h"

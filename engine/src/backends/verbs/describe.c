@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* verbs backend: what the result says about the run, and teardown. */
 #define _GNU_SOURCE
 #include "verbs_int.h"

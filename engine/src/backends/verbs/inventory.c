@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* verbs backend: the RDMA devices of this host for --inventory-json. */
 #define _GNU_SOURCE
 #include "verbs_int.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* verbs backend: several devices (--device A,B) behind the one backend the core sees, and
  * the backend's ops. */
 #define _GNU_SOURCE

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* verbs backend: names of verbs enums, GID text and the JSON fields of an address. */
 #define _GNU_SOURCE
 #include "verbs_int.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* verbs backend: its options (--qp-type, --inline, --cm, ...). */
 #define _GNU_SOURCE
 #include "verbs_int.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* verbs backend: queue pairs: setup of the device resources, the address exchange and
  * the INIT/RTR/RTS transitions. */
 #define _GNU_SOURCE

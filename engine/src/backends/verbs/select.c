@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* verbs backend: choosing the device, port and GID, and the locked-memory check. */
 #define _GNU_SOURCE
 #include "verbs_int.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* verbs backend: libibverbs RC/UC/UD queue pairs (RoCE, InfiniBand, iWARP), connected either by
  * exchanging QPN/PSN/GID/rkey over the control channel or through rdma_cm (--cm).
  *

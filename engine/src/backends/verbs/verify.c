@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* verbs backend: --verify, the payload pattern of each message and its check. */
 #define _GNU_SOURCE
 #include "verbs_int.h"

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Copy the real sysfs layout of rxe0 and eth0 into $1 (a directory on /out),
 # for the doctor's fixtures. Symlinks are resolved: the device directory's
 # regular files are copied under sys/class/..., the links are listed in

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Per-run guest setup, exec'd as PID 1 by /sbin/fabscope-init from the 9p
 # control share /fabscope-ctl. The host writes next to it:
 #   env      shell assignments FS_* (see softroce.py, _write_control_dir)
