@@ -24,11 +24,11 @@ lint: setup
 	.venv/bin/ruff check python tests bench
 	.venv/bin/mypy
 
-# Side-by-side runs against the peer tools (sockperf, qperf, iperf3, ucx_perftest, fi_pingpong,
-# an OSU-style MPI ping-pong); ratios of medians in one run. Not a test: it always exits 0.
+# Every bench of bench/ (side-by-side runs against the peer tools, the matrix's simulations and
+# timing, the exporter's scrape, the Soft-RoCE comparisons), or why one is skipped: bench/run_all.py.
+# Not a test: a bench's verdicts never fail it.
 bench: setup
-	.venv/bin/python bench/tcp_peers.py
-	[ ! -f bench/middleware_peers.py ] || .venv/bin/python bench/middleware_peers.py
+	.venv/bin/python bench/run_all.py
 
 # The Debian package for sites: build/deb/fabscope_VERSION_ARCH.deb (built in a copy under build/deb,
 # checked by lintian). Its install on a clean Debian root is tests/packaging/test_deb.py.
