@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import argtypes
-from .errors import EXIT_OK, EXIT_USAGE, FabscopeError
+from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FabscopeError
 from .suite_measure import Measure
 
 if TYPE_CHECKING:
@@ -746,7 +746,7 @@ def main(argv: Sequence[str] | None = None, execute: bool = True) -> int:
         return EXIT_OK
     except KeyboardInterrupt:
         print("fabscope: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

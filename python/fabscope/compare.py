@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from . import argtypes
-from .errors import EXIT_OK, EXIT_USAGE, FabscopeError
+from .errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, FabscopeError
 from .report.text_table import aligned
 from .results import Result
 from .results.contrast import CauseContrast, contrast
@@ -67,10 +67,6 @@ from .untyped import number
 __all__ = ["EXIT_INCONCLUSIVE", "EXIT_REGRESSION", "CaseComparison", "Rule", "compare", "differences",
            "rank_p", "runs_needed", "welch_p"]
 
-#: Exit code of `fabscope compare` when at least one case is a regression.
-EXIT_REGRESSION = 9
-#: ... when none is, but a change beyond the threshold lacks the evidence to call it.
-EXIT_INCONCLUSIVE = 10
 #: Runs a side suggested when a side has a single run (no run-to-run spread to size it from).
 MIN_RUNS = 3
 #: Above this many runs a side the change is within the run-to-run noise for practical purposes.

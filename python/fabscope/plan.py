@@ -225,7 +225,7 @@ def exit_code(outcome: runner.RunOutcome) -> int:
 
 def rows_exit_code(outcomes: Iterable[runner.RunOutcome]) -> int:
     """The exit-code rule of many runs (a suite's rows): 5 when any row's bytes went elsewhere than
-    asked (the table is not what was asked for: the loudest outcome), else 1 when any row failed (a
+    asked (the table is not what was asked for: the loudest outcome), else 4 when any row failed (a
     row its backend cannot run, exit 6, is a note, not a failure), else 0."""
     done = list(outcomes)
     if any(r.misrouted for o in done for r in o.records):

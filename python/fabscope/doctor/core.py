@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from fabscope.devices import Inventory, discover, table
+from fabscope.errors import EXIT_DOCTOR_ERROR, EXIT_OK, EXIT_WARN
+from fabscope.errors import EXIT_USAGE as EXIT_USAGE
 from fabscope.inventory import EngineInventory
 from fabscope.inventory import from_env_or_query as inventory_from_env_or_query
 
@@ -34,8 +36,7 @@ _RANK = {s: i for i, s in enumerate(SEVERITIES)}
 # a warning is 1 so scripts can tell "works, but slower than it should" from a failure;
 # an error is 7.  2 stays what it is for every fabscope command (a usage error), and 3-6 keep
 # their run meanings, so a finding can never be mistaken for either.
-EXIT_CODES: dict[Severity, int] = {"ok": 0, "info": 0, "warn": 1, "error": 7}
-EXIT_USAGE = 2
+EXIT_CODES: dict[Severity, int] = {"ok": EXIT_OK, "info": EXIT_OK, "warn": EXIT_WARN, "error": EXIT_DOCTOR_ERROR}
 
 
 @dataclass

@@ -19,16 +19,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER
+from ..errors import EXIT_BAD_FABRIC, EXIT_INTERRUPTED, EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER
 from ..untyped import count
 from .errors import RecordError
 from .findingwhy import CauseOnPairs, FindingWhy
 from .model import PATTERNS, Result, _int, _obj, _opt_num, _opt_obj, _opt_str, _str, _strings, parse_record
 
 MATRIX_SCHEMA = "fabscope.matrix/1"
-#: Exit code of a matrix that found a bad node or a bad link.
-EXIT_BAD_FABRIC = 8
-EXIT_INTERRUPTED = 130  # as the CLI's own KeyboardInterrupt
 FINDING_KINDS = ("node", "link", "misrouted")
 PHASES = ("screen", "retest", "partner")
 

@@ -33,13 +33,13 @@ import sys
 from pathlib import Path
 
 from .. import argtypes
+from ..errors import EXIT_TESTBED_FAILURE as EXIT_TESTBED_FAILURE
 from ..errors import EXIT_USAGE, FabscopeError
 from . import softroce_guests
 
 # The testbed's API, from the modules that own each part (re-exported: `softroce.run`, ...).
 from .softroce_base import DEFAULT_MIRROR as DEFAULT_MIRROR
 from .softroce_base import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
-from .softroce_base import EXIT_TESTBED_FAILURE as EXIT_TESTBED_FAILURE
 from .softroce_base import SIW_RECIPE_VERSION, load_image, repo_root
 from .softroce_base import SUBNET as SUBNET
 from .softroce_base import SUBNET2 as SUBNET2

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import EXIT_TESTBED_FAILURE, EXIT_TIMEOUT
 from .lock import exclusive
 
 log = logging.getLogger("fabscope.testbed.softroce")
@@ -115,9 +116,6 @@ GUEST_MEMORY_MB = 1024
 CONSOLE_TAIL_LINES = 40
 BUILD_TIMEOUT_S = 1800.0
 QBOOT = Path("/usr/share/qemu/qboot.rom")
-
-EXIT_TIMEOUT = 124
-EXIT_TESTBED_FAILURE = 125
 
 
 class SoftRoceError(Exception):
