@@ -30,6 +30,16 @@ int main(void)
     CHECK(fs_hex_decode("1 ", &n) == NULL);
     CHECK(fs_hex_decode("-1", &n) == NULL);
 
+    /* Fixed size (a peer's GID, the session key): exactly 2 * n digits, nothing else. */
+    uint8_t gid[16];
+    CHECK(fs_hex_decode_exact("fe80000000000000020c29fffe8d1a2B", gid, sizeof gid) == 0);
+    CHECK(gid[0] == 0xfe && gid[1] == 0x80 && gid[8] == 0x02 && gid[15] == 0x2b);
+    CHECK(fs_hex_decode_exact("fe80000000000000020c29fffe8d1a2", gid, sizeof gid) == -1);   /* short */
+    CHECK(fs_hex_decode_exact("fe80000000000000020c29fffe8d1a2b0", gid, sizeof gid) == -1); /* long */
+    CHECK(fs_hex_decode_exact("fe80000000000000020c29fffe8d1a2g", gid, sizeof gid) == -1);  /* not hex */
+    CHECK(fs_hex_decode_exact(" e80000000000000020c29fffe8d1a2b", gid, sizeof gid) == -1);  /* sscanf took it */
+    CHECK(fs_hex_decode_exact("", gid, sizeof gid) == -1);
+
     cJSON *o = cJSON_CreateObject();
     CHECK(fs_json_add_hex(o, "name", bytes, sizeof bytes) == 0);
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");

@@ -12,6 +12,7 @@
 
 #include "engine.h"
 #include "entry.h"
+#include "hex.h"
 #include "inventory.h"
 #include "output.h"
 
@@ -173,13 +174,7 @@ static int read_session_key(int fd, uint8_t key[32], struct fs_err *err)
         got += (size_t)n;
     }
     close(fd);
-    for (size_t i = 0; i < 32 && got == 64; i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
-            got = 0;
-        key[i] = (uint8_t)v;
-    }
-    if (got != 64)
+    if (got != 64 || fs_hex_decode_exact(hex, key, 32))
         return fs_fail(err, FS_EXIT_USAGE,
                        "--session-key-fd: expected 64 hex digits (the session key) on the "
                        "descriptor; this option is for `fabscope serve` and `fabscope run --peer`");

@@ -29,6 +29,18 @@ static int hex_digit(char c)
     return -1;
 }
 
+/* The one loop that reads hex: n bytes from the first 2 * n characters of s, all of them digits. */
+static int decode(const char *s, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int hi = hex_digit(s[2 * i]), lo = hi < 0 ? -1 : hex_digit(s[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}
+
 void *fs_hex_decode(const char *s, size_t *n)
 {
     size_t len = strlen(s);
@@ -37,16 +49,18 @@ void *fs_hex_decode(const char *s, size_t *n)
     uint8_t *b = malloc(len / 2 + 1); /* + 1: empty text is zero bytes, not a failure */
     if (!b)
         return NULL;
-    for (size_t i = 0; i < len / 2; i++) {
-        int hi = hex_digit(s[2 * i]), lo = hex_digit(s[2 * i + 1]);
-        if (hi < 0 || lo < 0) {
-            free(b);
-            return NULL;
-        }
-        b[i] = (uint8_t)(hi << 4 | lo);
+    if (decode(s, b, len / 2)) {
+        free(b);
+        return NULL;
     }
     *n = len / 2;
     return b;
+}
+
+int fs_hex_decode_exact(const char *s, void *out, size_t n)
+{
+    /* strnlen: a longer text is refused without reading past what a shorter one would need. */
+    return strnlen(s, 2 * n + 1) == 2 * n ? decode(s, out, n) : -1;
 }
 
 int fs_json_add_hex(cJSON *obj, const char *key, const void *p, size_t n)

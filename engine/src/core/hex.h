@@ -13,6 +13,9 @@ void fs_hex_encode(const void *p, size_t n, char *out);
 /* The bytes of even-length hex text (either case): a malloc'd buffer of *n bytes, or NULL when s
  * is not such text or memory runs out. */
 void *fs_hex_decode(const char *s, size_t *n);
+/* Exactly n bytes from exactly 2 * n hex digits (either case) into out: 0, or -1 (out partly
+ * written) when s is shorter, longer or not hex. For fixed-size values: a GID, a session key. */
+int fs_hex_decode_exact(const char *s, void *out, size_t n);
 
 /* obj[key] = the hex of p; 0, or -1 when memory runs out. */
 int fs_json_add_hex(struct cJSON *obj, const char *key, const void *p, size_t n);

@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include "verbs_int.h"
 
+#include "hex.h"
+
 /* ---- setup ---------------------------------------------------------------------------------- */
 
 static int check_service(struct vb *v, struct fs_err *err)
@@ -322,9 +324,8 @@ int vb_local_address(void *be, cJSON *o, struct fs_err *err)
     cJSON_AddStringToObject(o, "device", v->dev_name);
     cJSON_AddStringToObject(o, "link_layer", vb_link_layer_name(v->pattr.link_layer));
     cJSON_AddNumberToObject(o, "lid", v->pattr.lid);
-    char g[33];
-    for (int i = 0; i < 16; i++)
-        snprintf(g + 2 * i, 3, "%02x", v->gid.raw[i]);
+    char g[2 * sizeof v->gid.raw + 1];
+    fs_hex_encode(v->gid.raw, sizeof v->gid.raw, g);
     cJSON_AddStringToObject(o, "gid", g);
     cJSON_AddNumberToObject(o, "gid_index", v->gid_index);
     cJSON_AddNumberToObject(o, "mtu_active", vb_mtu_bytes(v->pattr.active_mtu));
@@ -368,13 +369,17 @@ static int parse_peer(struct vb *v, const cJSON *p, struct fs_err *err)
                        "verbs: this side's port is %s but the peer's is %s: they cannot talk "
                        "verbs to each other; choose ports of the same kind with --device/--ib-port",
                        vb_link_layer_name(v->pattr.link_layer), ll->valuestring);
+    /* The GID addresses every packet to the peer on RoCE: one that does not decode is the
+     * peer's fault, named, never a zero GID that times out later. */
     const cJSON *g = cJSON_GetObjectItemCaseSensitive(p, "gid");
-    if (cJSON_IsString(g) && strlen(g->valuestring) == 32)
-        for (int i = 0; i < 16; i++) {
-            unsigned b;
-            sscanf(g->valuestring + 2 * i, "%2x", &b);
-            v->peer_gid.raw[i] = (uint8_t)b;
-        }
+    if (!cJSON_IsString(g) ||
+        fs_hex_decode_exact(g->valuestring, v->peer_gid.raw, sizeof v->peer_gid.raw))
+        return fs_fail(err, FS_EXIT_PEER,
+                       "verbs: the peer's GID is %s%.40s%s, not %zu hex digits: the peer is not "
+                       "this fabscope's engine, or another version of it (compare `fabscope "
+                       "--version` on both hosts)",
+                       cJSON_IsString(g) ? "\"" : "", cJSON_IsString(g) ? g->valuestring : "missing",
+                       cJSON_IsString(g) ? "\"" : "", 2 * sizeof v->peer_gid.raw);
     return 0;
 }
 
