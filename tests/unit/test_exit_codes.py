@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """One place for the exit codes: python/fabscope/errors.py defines every EXIT_* constant, each code
 once, and docs/exit-codes.md lists the codes a fabscope command exits with."""
 

@@ -24,6 +24,7 @@
 #endif
 #ifdef FS_HAVE_UCX
 #include "ucx_lanes.h"
+#include "sysfs.h"
 #endif
 
 #define MPI_TAG_DATA 4242
@@ -83,8 +84,8 @@ static int mpi_check(const struct fs_spec *spec, const void *opts, struct fs_err
         return 0;
     char name[128], path[300];
     snprintf(name, sizeof name, "%.*s", (int)strcspn(spec->device, ":"), spec->device);
-    snprintf(path, sizeof path, "/sys/class/infiniband/%s", name);
-    if (if_nametoindex(name) != 0 || access(path, F_OK) == 0)
+    if (if_nametoindex(name) != 0 ||
+        (fs_sysfs_path(path, sizeof path, "class/infiniband/%s", name) == 0 && access(path, F_OK) == 0))
         return 0;
     char have[600] = "", host[256] = "";
     gethostname(host, sizeof host - 1);
@@ -95,7 +96,7 @@ static int mpi_check(const struct fs_spec *spec, const void *opts, struct fs_err
                                  i->if_name);
     if (ifs)
         if_freenameindex(ifs);
-    DIR *d = opendir("/sys/class/infiniband");
+    DIR *d = fs_sysfs_path(path, sizeof path, "class/infiniband") ? NULL : opendir(path);
     for (struct dirent *e; d && (e = readdir(d)) != NULL && used < sizeof have;)
         if (e->d_name[0] != '.')
             used += (size_t)snprintf(have + used, sizeof have - used, "%s%s (RDMA)",

@@ -27,6 +27,8 @@
 #include "../core/clock.h"
 #include "../core/datapath.h"
 #include "stream_io.h"
+#include <limits.h>
+#include "sysfs.h"
 
 struct rs_opts {
     uint64_t sqsize;
@@ -72,7 +74,8 @@ _Static_assert(offsetof(struct rs, s) == 0, "struct rs starts with its struct fs
 /* "rxe0 (netdev eth0), mlx5_0 (netdev ens1f0)" from sysfs; returns how many there are. */
 static int rdma_devices(char *buf, size_t len)
 {
-    DIR *d = opendir("/sys/class/infiniband");
+    char dir[PATH_MAX];
+    DIR *d = fs_sysfs_path(dir, sizeof dir, "class/infiniband") ? NULL : opendir(dir);
     size_t used = 0;
     int n = 0;
     buf[0] = '\0';
@@ -82,7 +85,7 @@ static int rdma_devices(char *buf, size_t len)
         if (e->d_name[0] == '.')
             continue;
         char nd[IF_NAMESIZE + 1] = "";
-        fs_datapath_rdma_netdev("/sys", e->d_name, nd, sizeof nd);
+        fs_datapath_rdma_netdev(fs_sysfs_root(), e->d_name, nd, sizeof nd);
         if (used < len)
             used += (size_t)snprintf(buf + used, len - used, "%s%s (netdev %s)", n ? ", " : "",
                                      e->d_name, nd[0] ? nd : "none");
@@ -95,23 +98,25 @@ static int rdma_devices(char *buf, size_t len)
 static int rs_check(const struct fs_spec *spec, const void *opts, struct fs_err *err)
 {
     (void)opts;
-    char have[1024], nets[1024];
+    char have[1024], nets[1024], dir[PATH_MAX];
     if (rdma_devices(have, sizeof have) == 0) {
+        fs_sysfs_path(dir, sizeof dir, "class/infiniband");
         fs_stream_netdevs(nets, sizeof nets);
         return fs_fail(err, FS_EXIT_USAGE,
                        "--backend rsocket needs an RDMA device and this host has none "
-                       "(/sys/class/infiniband %s); its network devices are: %s. rsocket never "
+                       "(%s %s); its network devices are: %s. rsocket never "
                        "falls back to kernel TCP: for TCP use --backend tcp; for RDMA load the "
                        "NIC's RDMA driver, or create a Soft-RoCE device (`modprobe rdma_rxe && "
                        "rdma link add rxe0 type rxe netdev eth0`), or boot a guest that has one "
                        "(`fabscope testbed softroce run -- ...`)",
-                       access("/sys/class/infiniband", F_OK) ? "does not exist" : "is empty",
+                       dir, access(dir, F_OK) ? "does not exist" : "is empty",
                        nets[0] ? nets : "none");
     }
     if (spec->device[0]) {
-        char path[256];
-        snprintf(path, sizeof path, "/sys/class/infiniband/%s", spec->device);
-        if (strchr(spec->device, '/') || strchr(spec->device, ',') || access(path, F_OK))
+        char path[PATH_MAX];
+        if (strchr(spec->device, '/') || strchr(spec->device, ',') ||
+            fs_sysfs_path(path, sizeof path, "class/infiniband/%s", spec->device) ||
+            access(path, F_OK))
             return fs_fail(err, FS_EXIT_USAGE,
                            "--device %s: no such RDMA device on this host (rsocket takes the "
                            "RDMA device, not its netdev); it has: %s",
@@ -239,7 +244,7 @@ static int rs_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
                                     "timerfd_create (the deadline of every wait)");
     snprintf(r->device, sizeof r->device, "%s", ctx->spec->device);
     snprintf(r->bind_addr, sizeof r->bind_addr, "%s", ctx->spec->bind);
-    if (r->device[0] && fs_datapath_rdma_netdev("/sys", r->device, r->netdev, sizeof r->netdev))
+    if (r->device[0] && fs_datapath_rdma_netdev(fs_sysfs_root(), r->device, r->netdev, sizeof r->netdev))
         return fs_fail(err, FS_EXIT_USAGE,
                        "--device %s: the device has no netdev (no IP address rsocket could "
                        "connect from); rsocket needs RoCE or IPoIB with an address",
@@ -319,13 +324,14 @@ static int rs_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_er
 /* The RDMA device whose port sends through `netdev`, or "". */
 static void rdma_of_netdev(const char *netdev, char *out, size_t len)
 {
-    DIR *d = opendir("/sys/class/infiniband");
+    char dir[PATH_MAX];
+    DIR *d = fs_sysfs_path(dir, sizeof dir, "class/infiniband") ? NULL : opendir(dir);
     out[0] = '\0';
     if (!d)
         return;
     for (struct dirent *e; (e = readdir(d)) && !out[0];) {
         char nd[IF_NAMESIZE + 1] = "";
-        if (e->d_name[0] != '.' && fs_datapath_rdma_netdev("/sys", e->d_name, nd, sizeof nd) == 0 &&
+        if (e->d_name[0] != '.' && fs_datapath_rdma_netdev(fs_sysfs_root(), e->d_name, nd, sizeof nd) == 0 &&
             strcmp(nd, netdev) == 0)
             snprintf(out, len, "%s", e->d_name);
     }

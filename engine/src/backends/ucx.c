@@ -25,6 +25,7 @@
 #include "../core/rx_slots.h"
 #include "ucx_int.h"
 #include "ucx_lanes.h"
+#include "sysfs.h"
 
 struct ucx_opts {
     char tls[256];
@@ -132,7 +133,7 @@ static void devices_on_datapath(const struct ucx_reslist *l, const char *addr, c
         if (!keep && colon) { /* "rxe0:1": an RDMA port */
             char rdma[UCT_DEVICE_NAME_MAX], through[64];
             snprintf(rdma, sizeof rdma, "%.*s", (int)(colon - dev), dev);
-            keep = fs_datapath_rdma_netdev("/sys", rdma, through, sizeof through) != 0 ||
+            keep = fs_datapath_rdma_netdev(fs_sysfs_root(), rdma, through, sizeof through) != 0 ||
                    strcmp(through, netdev) == 0;
         }
         char token[UCT_DEVICE_NAME_MAX + 2];

@@ -14,6 +14,7 @@
 
 #include "datapath.h"
 #include "output.h"
+#include "sysfs.h"
 
 const struct fs_op_info fs_ops[FS_OP_COUNT] = {
     [FS_OP_SEND] = {"send", FS_ROLE_ACTIVE, FS_ROLE_ACTIVE, 0, "two-sided send/receive"},
@@ -441,7 +442,7 @@ static void client_data_path(const struct fs_run *r, cJSON *config)
      * RDMA devices by the netdev they send through (verbs: the server pairs its devices by
      * network). */
     int said = fs_datapath_describe(r->spec.device, ifa, dp);
-    said += fs_datapath_describe_list(r->spec.device, ifa, "/sys", dp);
+    said += fs_datapath_describe_list(r->spec.device, ifa, fs_sysfs_root(), dp);
     if (said > 0)
         cJSON_AddItemToObject(config, "data_path", dp);
     else

@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <dirent.h>
+#include <limits.h>
 #include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "run.h"
+#include "sysfs.h"
 
 static uint64_t tv_ns(struct timeval tv)
 {
@@ -653,10 +655,11 @@ int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs
 /* A small sysfs value of the CPU the engine ran on (its frequency governor), or "" */
 static void cpu_sysfs(int64_t cpu, const char *leaf, char *buf, size_t len)
 {
-    char path[128];
+    char path[PATH_MAX];
     buf[0] = 0;
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%lld/%s", (long long)cpu, leaf);
-    FILE *f = fopen(path, "r");
+    FILE *f = fs_sysfs_path(path, sizeof path, "devices/system/cpu/cpu%lld/%s", (long long)cpu, leaf)
+                  ? NULL
+                  : fopen(path, "r");
     if (!f)
         return;
     if (fgets(buf, (int)len, f))
@@ -669,9 +672,10 @@ static void cpu_sysfs(int64_t cpu, const char *leaf, char *buf, size_t len)
 /* The NUMA node of a CPU: the nodeN link in its sysfs directory, or -1 (no NUMA information). */
 static long cpu_numa_node(int64_t cpu)
 {
-    char path[96];
-    snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%lld", (long long)cpu);
-    DIR *d = opendir(path);
+    char path[PATH_MAX];
+    DIR *d = fs_sysfs_path(path, sizeof path, "devices/system/cpu/cpu%lld", (long long)cpu)
+                 ? NULL
+                 : opendir(path);
     long node = -1;
     if (!d)
         return -1;

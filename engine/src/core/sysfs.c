@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,18 @@ const char *fs_sysfs_root(void)
 {
     const char *r = getenv("FABSCOPE_SYSFS_ROOT");
     return r && *r ? r : "/sys";
+}
+
+int fs_sysfs_path(char *out, size_t len, const char *fmt, ...)
+{
+    int root = snprintf(out, len, "%s/", fs_sysfs_root());
+    if (root < 0 || (size_t)root >= len)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    int rest = vsnprintf(out + root, len - (size_t)root, fmt, ap);
+    va_end(ap);
+    return rest < 0 || (size_t)rest >= len - (size_t)root ? -1 : 0;
 }
 
 struct dirent *fs_sysfs_next(DIR *d)

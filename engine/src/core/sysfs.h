@@ -11,8 +11,12 @@
 
 struct cJSON;
 
-/* FABSCOPE_SYSFS_ROOT (tests) or /sys. */
+/* FABSCOPE_SYSFS_ROOT (tests) or /sys. Every sysfs read of the engine starts here, so the tests'
+ * fixtures (copies of real layouts, tests/fixtures/sysfs) reach all of them. */
 const char *fs_sysfs_root(void);
+/* fs_sysfs_root() + "/" + the formatted path below it ("class/infiniband/%s") into out: 0, or -1
+ * when it does not fit. */
+int fs_sysfs_path(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The next entry of a listing, passing over ".", ".." and hidden ones; NULL at the end (or when
  * d is NULL: a directory that could not be opened lists nothing). */
 struct dirent *fs_sysfs_next(DIR *d);

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <limits.h>
+#include "sysfs.h"
 
 static void read_line(const char *path, char *out, size_t len)
 {
@@ -56,13 +58,14 @@ void fs_sysinfo_read(struct fs_sysinfo *si)
     si->cpu_dma_latency_fd = -1;
     si->cpu = -1;
     gethostname(si->hostname, sizeof si->hostname - 1);
-    read_line("/sys/devices/system/cpu/cpuidle/current_driver", si->cpuidle_driver,
-              sizeof si->cpuidle_driver);
-    read_line("/sys/devices/system/cpu/cpuidle/current_governor_ro", si->cpuidle_governor,
-              sizeof si->cpuidle_governor);
-    if (!si->cpuidle_governor[0])
-        read_line("/sys/devices/system/cpu/cpuidle/current_governor", si->cpuidle_governor,
-                  sizeof si->cpuidle_governor);
+    char path[PATH_MAX];
+    if (!fs_sysfs_path(path, sizeof path, "devices/system/cpu/cpuidle/current_driver"))
+        read_line(path, si->cpuidle_driver, sizeof si->cpuidle_driver);
+    if (!fs_sysfs_path(path, sizeof path, "devices/system/cpu/cpuidle/current_governor_ro"))
+        read_line(path, si->cpuidle_governor, sizeof si->cpuidle_governor);
+    if (!si->cpuidle_governor[0] &&
+        !fs_sysfs_path(path, sizeof path, "devices/system/cpu/cpuidle/current_governor"))
+        read_line(path, si->cpuidle_governor, sizeof si->cpuidle_governor);
     read_line("/proc/sys/kernel/random/boot_id", si->boot_id, sizeof si->boot_id);
     note_affinity(si);
 }

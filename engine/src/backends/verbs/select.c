@@ -2,6 +2,8 @@
 /* verbs backend: choosing the device, port and GID, and the locked-memory check. */
 #define _GNU_SOURCE
 #include "verbs_int.h"
+#include <limits.h>
+#include "sysfs.h"
 
 /* The netdev of a port, from the first GID entry that names one. */
 void vb_port_netdev(struct ibv_context *c, int port, char *out, size_t len)
@@ -27,8 +29,9 @@ void vb_netdev_by_gid_mac(const union ibv_gid *gid, char *nd, size_t len)
     snprintf(want, sizeof want, "%02x:%02x:%02x:%02x:%02x:%02x", m[0], m[1], m[2], m[3], m[4], m[5]);
     struct if_nameindex *ifs = if_nameindex();
     for (struct if_nameindex *i = ifs; i && i->if_index && !nd[0]; i++) {
-        snprintf(path, sizeof path, "/sys/class/net/%s/address", i->if_name);
-        FILE *f = fopen(path, "r");
+        FILE *f = fs_sysfs_path(path, sizeof path, "class/net/%s/address", i->if_name)
+                      ? NULL
+                      : fopen(path, "r");
         if (!f)
             continue;
         if (fgets(got, sizeof got, f) && strncmp(got, want, 17) == 0)
@@ -99,7 +102,9 @@ void vb_list_devices(char *buf, size_t len)
 
 int vb_no_devices(struct fs_err *err, int why)
 {
-    int have_dir = access("/sys/class/infiniband", F_OK) == 0;
+    char dir[PATH_MAX];
+    fs_sysfs_path(dir, sizeof dir, "class/infiniband");
+    int have_dir = access(dir, F_OK) == 0;
     return fs_fail(err, FS_EXIT_USAGE,
                    "--backend verbs: no RDMA devices found on this host (/sys/class/infiniband %s%s"
                    "%s). Load the driver of the RDMA NIC (mlx5_ib, irdma, bnxt_re, efa, ...) and "
