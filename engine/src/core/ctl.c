@@ -16,132 +16,56 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <openssl/rand.h>
+
 #include "clock.h"
 
-/* ---- frame authentication: HMAC-SHA256 with the session key (FIPS 180-4 / RFC 2104) --------- */
-
-struct sha256 {
-    uint32_t h[8];
-    uint8_t buf[64];
-    uint64_t len;
-    size_t fill;
-};
-
-static const uint32_t K256[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
-
-#define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
-
-static void sha256_block(struct sha256 *s, const uint8_t *p)
-{
-    uint32_t w[64], a[8];
-    for (int i = 0; i < 16; i++)
-        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
-               (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
-    for (int i = 16; i < 64; i++) {
-        uint32_t s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
-        uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
-        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-    }
-    memcpy(a, s->h, sizeof a);
-    for (int i = 0; i < 64; i++) {
-        uint32_t t1 = a[7] + (ROR(a[4], 6) ^ ROR(a[4], 11) ^ ROR(a[4], 25)) +
-                      ((a[4] & a[5]) ^ (~a[4] & a[6])) + K256[i] + w[i];
-        uint32_t t2 = (ROR(a[0], 2) ^ ROR(a[0], 13) ^ ROR(a[0], 22)) +
-                      ((a[0] & a[1]) ^ (a[0] & a[2]) ^ (a[1] & a[2]));
-        memmove(a + 1, a, 7 * sizeof a[0]);
-        a[4] += t1;
-        a[0] = t1 + t2;
-    }
-    for (int i = 0; i < 8; i++)
-        s->h[i] += a[i];
-}
-
-static void sha256_init(struct sha256 *s)
-{
-    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-    memcpy(s->h, h0, sizeof h0);
-    s->len = 0;
-    s->fill = 0;
-}
-
-static void sha256_update(struct sha256 *s, const uint8_t *p, size_t n)
-{
-    s->len += n;
-    while (n) {
-        size_t take = 64 - s->fill < n ? 64 - s->fill : n;
-        memcpy(s->buf + s->fill, p, take);
-        s->fill += take;
-        p += take;
-        n -= take;
-        if (s->fill == 64) {
-            sha256_block(s, s->buf);
-            s->fill = 0;
-        }
-    }
-}
-
-static void sha256_final(struct sha256 *s, uint8_t out[32])
-{
-    uint64_t bits = s->len * 8;
-    uint8_t pad = 0x80, zero = 0, lenb[8];
-    sha256_update(s, &pad, 1);
-    while (s->fill != 56)
-        sha256_update(s, &zero, 1);
-    for (int i = 0; i < 8; i++)
-        lenb[i] = (uint8_t)(bits >> (56 - 8 * i));
-    sha256_update(s, lenb, 8);
-    for (int i = 0; i < 8; i++) {
-        out[4 * i] = (uint8_t)(s->h[i] >> 24);
-        out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
-        out[4 * i + 2] = (uint8_t)(s->h[i] >> 8);
-        out[4 * i + 3] = (uint8_t)s->h[i];
-    }
-}
+/* ---- frame authentication: HMAC-SHA256 with the session key (RFC 2104), from libcrypto ------- */
 
 /* MAC of one frame: HMAC-SHA256(session key, "fabscope-frame/1" 0 direction 0 seq(8, BE) body).
  * The direction ('c': client to server, 's': back) keeps a frame from being reflected; the
  * sequence number, counted by both ends and never sent, makes a replayed, dropped or reordered
- * frame fail. python/fabscope/auth.py frame_mac computes the same. */
-void fs_ctl_frame_mac(const uint8_t key[32], char direction, uint64_t seq, const uint8_t *body,
-                      size_t n, uint8_t out[32])
+ * frame fail. python/fabscope/auth.py frame_mac computes the same (hmac, hashlib). */
+int fs_ctl_frame_mac(const uint8_t key[32], char direction, uint64_t seq, const uint8_t *body,
+                     size_t n, uint8_t out[32])
 {
-    uint8_t ipad[64], opad[64], inner[32], head[28];
-    for (int i = 0; i < 64; i++) {
-        ipad[i] = (uint8_t)((i < 32 ? key[i] : 0) ^ 0x36);
-        opad[i] = (uint8_t)((i < 32 ? key[i] : 0) ^ 0x5c);
-    }
+    uint8_t head[27];
     memcpy(head, "fabscope-frame/1", 16);
     head[16] = 0;
     head[17] = (uint8_t)direction;
     head[18] = 0;
     for (int i = 0; i < 8; i++)
         head[19 + i] = (uint8_t)(seq >> (56 - 8 * i));
-    struct sha256 s;
-    sha256_init(&s);
-    sha256_update(&s, ipad, 64);
-    sha256_update(&s, head, 27);
-    sha256_update(&s, body, n);
-    sha256_final(&s, inner);
-    sha256_init(&s);
-    sha256_update(&s, opad, 64);
-    sha256_update(&s, inner, 32);
-    sha256_final(&s, out);
+    /* Fetched for each frame: control frames are a few per message size, and nothing is shared
+     * between the threads of the loop's tests. */
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                           OSSL_PARAM_construct_end()};
+    size_t len = 0;
+    int ok = ctx && EVP_MAC_init(ctx, key, 32, params) && EVP_MAC_update(ctx, head, sizeof head) &&
+             EVP_MAC_update(ctx, body, n) && EVP_MAC_final(ctx, out, &len, 32) && len == 32;
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
+    return ok ? 0 : -1;
 }
 
 void fs_data_token(const uint8_t key[32], const char *backend, uint8_t out[FS_DATA_TOKEN_LEN])
 {
     char label[96];
     int n = snprintf(label, sizeof label, "fabscope-data/1 %s", backend);
-    fs_ctl_frame_mac(key, 'd', 0, (const uint8_t *)label, (size_t)n, out);
+    if (fs_ctl_frame_mac(key, 'd', 0, (const uint8_t *)label, (size_t)n, out) == 0)
+        return;
+    /* Fail closed: a token nobody can know, so the data connection is refused (and says so)
+     * rather than taken without its proof. */
+    fprintf(stderr, "fabscope-engine: libcrypto could not compute the %s data token "
+                    "(HMAC-SHA256): its data connection will be refused\n", backend);
+    if (RAND_bytes(out, FS_DATA_TOKEN_LEN) != 1)
+        memset(out, 0xa5, FS_DATA_TOKEN_LEN); /* the client's token is then wrong, never forged */
 }
 
 void fs_ctl_set_session_key(struct fs_ctl *c, const uint8_t key[32], int is_client)
@@ -244,8 +168,12 @@ int fs_ctl_send(struct fs_ctl *c, const cJSON *msg, int timeout_ms, struct fs_er
     frame[3] = (uint8_t)n;
     memcpy(frame + 4, text, n);
     free(text);
-    if (c->mac_on)
-        fs_ctl_frame_mac(c->mac_key, c->tx_dir, c->tx_seq++, frame + 4, n, frame + 4 + n);
+    if (c->mac_on &&
+        fs_ctl_frame_mac(c->mac_key, c->tx_dir, c->tx_seq++, frame + 4, n, frame + 4 + n)) {
+        free(frame);
+        return fs_fail(err, FS_EXIT_MEASURE,
+                       "libcrypto could not compute the control frame's HMAC-SHA256: session ended");
+    }
     size_t total = n + 4 + mac_len;
     uint64_t deadline = fs_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     size_t off = 0;
@@ -319,7 +247,10 @@ static int take_frame(struct fs_ctl *c, cJSON **msg, struct fs_err *err)
         if (c->in_len < 4 + (size_t)n + FS_CTL_MAC_LEN)
             return 0;
         uint8_t want[32];
-        fs_ctl_frame_mac(c->mac_key, c->rx_dir, c->rx_seq, c->in + 4, n, want);
+        if (fs_ctl_frame_mac(c->mac_key, c->rx_dir, c->rx_seq, c->in + 4, n, want))
+            return fs_fail(err, FS_EXIT_MEASURE,
+                           "libcrypto could not compute the control frame's HMAC-SHA256: "
+                           "session ended");
         uint8_t diff = 0;
         for (int i = 0; i < 32; i++)
             diff |= (uint8_t)(want[i] ^ c->in[4 + n + (size_t)i]);

@@ -33,8 +33,9 @@ struct fs_ctl {
 /* Every frame from now on is authenticated with `key` (32 bytes, derived by the front end from
  * the shared key and both nonces: auth.py session_key); is_client: this end sent the hello. */
 void fs_ctl_set_session_key(struct fs_ctl *c, const uint8_t key[32], int is_client);
-void fs_ctl_frame_mac(const uint8_t key[32], char direction, uint64_t seq, const uint8_t *body,
-                      size_t n, uint8_t out[32]);
+/* HMAC-SHA256 of one frame into out: 0, or -1 when libcrypto fails (no MAC: fail closed). */
+int fs_ctl_frame_mac(const uint8_t key[32], char direction, uint64_t seq, const uint8_t *body,
+                     size_t n, uint8_t out[32]);
 /* The token that binds a data connection of `backend` to the session (its first bytes, sent by
  * the client, checked by the server before it takes the connection): HMAC(session key, 'd', 0,
  * "fabscope-data/1 " backend). Nobody without the session key can make it. */
