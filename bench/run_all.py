@@ -42,8 +42,8 @@ def _numpy() -> str | None:
 
 def _softroce_image() -> str | None:
     sys.path.insert(0, str(REPO / "python"))
-    from fabscope.testbed.softroce_base import default_cache_dir
-    from fabscope.testbed.softroce_image import recipe_key, why_it_cannot_boot
+    from fabscope.testbed.softroce_base import default_cache_dir, recipe_key
+    from fabscope.testbed.softroce_image import why_it_cannot_boot
 
     why = why_it_cannot_boot()
     if why:
