@@ -389,7 +389,6 @@ def _backends(_ns: argparse.Namespace) -> int:
 
 # What `suite --peer/--hosts` uses when --launcher / --timeout are not given.
 SUITE_HOSTS_DEFAULTS: dict[str, Any] = {"launcher": "mpirun", "timeout": 10.0}
-SUITE_BACKENDS = ("tcp", "verbs", "rsocket", "ucx", "ofi", "mpi")
 
 
 def _check_suite(ns: argparse.Namespace) -> None:
@@ -548,12 +547,13 @@ def _fill_backends(bk: Parser, _with_engine: bool) -> None:
 
 def _fill_suite(st: Parser, _with_engine: bool) -> None:
     from . import control, history
+    from .engine import KnownBackendNames
 
     st.add_argument("--out", default="fabscope-report", type=argtypes.output_dir,
                     help="directory for the report files (JSON, CSV, Markdown)")
     st.add_argument("--quick", action="store_true", help="fewer iterations (for tests)")
-    st.add_argument("--backends", metavar="LIST", type=argtypes.choice_list(SUITE_BACKENDS), default=None,
-                    help=f"only the rows of these backends ({','.join(SUITE_BACKENDS)}); a listed backend with no "
+    st.add_argument("--backends", metavar="LIST", type=argtypes.choice_list(KnownBackendNames()), default=None,
+                    help="only the rows of these backends (`fabscope backends` lists them); a listed backend with no "
                          "row here is an error saying why (default: every backend)")
     two = st.add_argument_group("between two hosts (one comparison row per transport)")
     two.add_argument("--peer", metavar="HOST[:PORT]", type=argtypes.host_port(control.DEFAULT_PORT), default=None,

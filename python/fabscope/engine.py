@@ -14,7 +14,7 @@ import sysconfig
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from .errors import EXIT_MEASURE, EXIT_USAGE, FabscopeError
 
@@ -138,6 +138,24 @@ class KnownBackend:
 
 def known_backends() -> list[KnownBackend]:
     return [KnownBackend(str(b["name"]), bool(b["built"]), str(b["package"])) for b in option_table()["known_backends"]]
+
+
+class KnownBackendNames(Sequence[str]):
+    """The names of known_backends(), asked of the engine when first read: a parser can take it as its
+    allowed values without starting the engine for every command line."""
+
+    def _names(self) -> list[str]:
+        return [b.name for b in known_backends()]
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        return self._names()[index]
+
+    def __len__(self) -> int:
+        return len(self._names())
 
 
 def validate_args(engine_args: Sequence[str], binary: Path | None = None) -> None:
