@@ -33,7 +33,9 @@ def test_silent_and_slow_connections_do_not_delay_an_honest_client(tmp_path: Pat
         for s in loris:
             s.send(b"\x00")  # the first byte of a length prefix, and then nothing for a long time
         try:
-            time.sleep(0.3)  # all 13 are inside their handshakes now
+            # Greeted: serve has taken all 13 into their handshakes.
+            hellos = [read_frame(s) for s in idle + loris]
+            assert {h["type"] for h in hellos} == {"hello"} and hellos[0]["auth"] == "hmac-sha256", hellos
             t0 = time.monotonic()
             sock = control.open_session(srv.addr, "engine", key, 5.0)
             handshake_s = time.monotonic() - t0
@@ -44,10 +46,7 @@ def test_silent_and_slow_connections_do_not_delay_an_honest_client(tmp_path: Pat
             assert out.returncode == 0, out.stderr
             # The silent ones are dropped at the handshake deadline, not at --timeout.
             t1 = time.monotonic()
-            idle[0].settimeout(HANDSHAKE_TIMEOUT_S + 5)
-            hello = read_frame(idle[0])
-            assert hello["type"] == "hello" and hello["auth"] == "hmac-sha256"
-            bye = read_frame(idle[0])
+            bye = read_frame(idle[0], timeout=HANDSHAKE_TIMEOUT_S + 5)
             assert bye["type"] == "error" and "no answer" in bye["message"]
             assert idle[0].recv(1) == b""
             assert time.monotonic() - t1 < HANDSHAKE_TIMEOUT_S + 2
@@ -63,12 +62,10 @@ def test_connections_per_source_are_bounded_and_the_oldest_gives_way_told_which_
     with serve(tmp_path, "--max-connections-per-source", "3") as srv:
         held = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(3)]
         try:
-            time.sleep(0.3)
+            assert [read_frame(s)["type"] for s in held] == ["hello"] * 3  # all three taken in
             with socket.create_connection(("127.0.0.1", srv.port)) as extra:
                 extra.settimeout(5)
                 assert read_frame(extra)["type"] == "hello"  # served, not refused
-            held[0].settimeout(5)
-            assert read_frame(held[0])["type"] == "hello"
             msg = read_frame(held[0])
             assert msg["type"] == "error" and msg["reason"] == "connections"
             assert "--max-connections-per-source" in msg["message"] and "unauthenticated" in msg["message"]
