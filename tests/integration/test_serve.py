@@ -4,6 +4,7 @@ real engines, loopback only."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -307,6 +308,20 @@ def _context_switches(pid: int) -> int:
     return total
 
 
+def _asleep_in_its_wait(pid: int, timeout: float = 10.0) -> None:
+    """Returns once serve (one thread) sleeps in its wait for connections, signals and the run's
+    end (select/poll: its kernel wait channel), within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    where = ""
+    while time.monotonic() < deadline:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        where = Path(f"/proc/{pid}/wchan").read_text()
+        if len(tasks) == 1 and where.startswith(("poll_schedule_timeout", "do_select", "do_sys_poll", "ep_poll")):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"serve not asleep in its wait within {timeout:g} s: {len(tasks)} thread(s), in {where!r}")
+
+
 def test_serve_sleeps_through_a_run_and_wakes_for_its_end_and_for_signals(tmp_path: Path) -> None:
     """While a run runs, serve has nothing to do until the run ends, its budget runs out or a
     client knocks: it must not wake on a timer (at 10 wakes a second it took 1.9 % of a Soft-RoCE
@@ -319,7 +334,7 @@ def test_serve_sleeps_through_a_run_and_wakes_for_its_end_and_for_signals(tmp_pa
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
         try:
             srv.wait_event("start")
-            time.sleep(0.3)  # the handshake thread has ended
+            _asleep_in_its_wait(srv.proc.pid)  # the handshake is over
             before = _context_switches(srv.proc.pid)
             time.sleep(1.5)
             woke = _context_switches(srv.proc.pid) - before
@@ -335,7 +350,7 @@ def test_serve_sleeps_through_a_run_and_wakes_for_its_end_and_for_signals(tmp_pa
         (logged,) = srv.wait_event("run")
         assert logged["outcome"] == "ok", logged
         assert time.monotonic() - ended < 2.0, "the run's end was logged late"
-        time.sleep(0.5)  # idle now: nothing to wait for but connections and signals
+        _asleep_in_its_wait(srv.proc.pid)  # idle now: nothing to wait for but connections and signals
         srv.proc.terminate()
         t0 = time.monotonic()
         srv.proc.wait(timeout=10)
