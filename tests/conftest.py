@@ -88,3 +88,13 @@ def deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
                           env=dict(os.environ, FABSCOPE_DEB_DIR=str(out)), check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def rcvlowat_for(asked: int, size: int, rcvbuf: int | None = None) -> int:
+    """What a TCP bw receiver under --poll block waits for, for a whole message (the record's
+    ``transport.peer.rcvlowat_bytes``), by the engine's rule (set_rcvlowat in
+    engine/src/backends/stream_io.c): --tcp-rcvlowat, at most the message and a quarter of the
+    receive buffer. ``rcvbuf``: a buffer fixed by --tcp-rcvbuf (the record's rcvbuf_bytes); None:
+    autotuned, which on loopback grows within a few messages toward net.ipv4.tcp_rmem's maximum."""
+    buffer = rcvbuf if rcvbuf is not None else int(Path("/proc/sys/net/ipv4/tcp_rmem").read_text().split()[2])
+    return min(asked, size, buffer // 4)

@@ -493,9 +493,12 @@ class Store:
 
 
 def _is_damage(exc: sqlite3.Error) -> bool:
-    """SQLITE_CORRUPT (pages overwritten) and SQLITE_NOTADB (not a database at all)."""
+    """SQLITE_CORRUPT (pages overwritten), SQLITE_NOTADB (not a database at all), and a stored text
+    that is no longer UTF-8 (overwritten bytes inside a record: SQLite still reads the page, and
+    Python's sqlite3 cannot decode what it holds; the store writes nothing but UTF-8 JSON)."""
     name = getattr(exc, "sqlite_errorname", "")
-    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in str(exc)
+    return (name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in str(exc)
+            or "Could not decode to UTF-8" in str(exc))
 
 
 def open_store(path: str | Path | None = None, *, readonly: bool = False) -> Store:

@@ -86,7 +86,9 @@ def test_loopback_cpu_hog_on_the_client_cpu_is_named_and_a_clean_run_names_nothi
 
 def test_loopback_twenty_clean_runs_name_nothing() -> None:
     """No false alarms: 10 latency and 10 bandwidth runs on loopback, each its own `fabscope run`,
-    nothing planted (sizes within one MSS): no cause seen in any, cpu included."""
+    nothing planted (sizes within one MSS): no cause seen in any, cpu included. The cpu cause fires
+    with its evidence only (an engine that ran a small share of its phase): where it does here, the
+    load came from outside the suite, whose stage runs one test at a time; it is no false alarm."""
     recs: list[dict[str, Any]] = []
     for i in range(20):
         args = ("--sizes", "8", "--iters", "3000") if i % 2 == 0 else ("--pattern", "bw", "--sizes", "32K",
@@ -148,12 +150,14 @@ def test_netns_small_send_buffer_is_named_and_autotuned_or_big_buffers_name_noth
     is far more than a 4 KiB buffer holds: --tcp-sndbuf 4096 caps the window. Autotuned buffers, and
     a fixed 4 MiB one, leave room to spare: nothing named."""
     clean = bw_over_fabric()
-    # cpu is left out of the clean halves here: other work on this shared 2-CPU machine can share an
-    # engine's CPU (the cpu cause's own test owns that judgement); everything else must be silent.
-    assert [c for c in seen(clean) if c != "cpu"] == [], clean["explanation"]
+    # Nothing seen, cpu included, as in the twenty clean runs: the cpu cause is seen only where an
+    # engine really ran a small share of its phase (a run beside the load of 21 others on this 2-CPU
+    # machine: "ran 9 % of the 3.68 s phase, taken off its CPU 111 times"), which the suite's own
+    # stage of one test at a time never causes. Such a failure is load from outside the suite.
+    assert seen(clean) == [], clean["explanation"]
     assert cause(clean, "buffers")["state"] == "clear" and "autotuned" in cause(clean, "buffers")["evidence"]
     big = bw_over_fabric("--iters", "3000", "--tcp-sndbuf", "4M")
-    assert [c for c in seen(big) if c != "cpu"] == [], big["explanation"]
+    assert seen(big) == [], big["explanation"]
     assert "--tcp-sndbuf 4,194,304 B" in cause(big, "buffers")["evidence"] and "TCP_INFO" in cause(big, "buffers")["evidence"]
     small = bw_over_fabric("--iters", "1000", "--tcp-sndbuf", "4096")
     assert "buffers" in seen(small), small["explanation"]
@@ -226,7 +230,7 @@ def test_netns_ucx_over_tcp_names_its_own_sockets_retransmissions_under_loss(pla
     assert clean["transport"]["local"]["transports"] == ["tcp"] and clean["path"]["verdict"] == "verified"
     assert cause(clean, "retransmission")["state"] == "clear", clean["explanation"]
     assert "TCP_INFO of the library's sockets" in cause(clean, "retransmission")["evidence"]
-    assert [c for c in seen(clean) if c != "cpu"] == [], clean["explanation"]
+    assert seen(clean) == [], clean["explanation"]  # cpu included (see the send-buffer test)
     socks = clean["counters"]["local"]["tcp_sockets"]
     # 1,000 x 64 KiB is at least 45,000 data segments at fabric0's MSS of 1,448 B.
     assert socks["sockets"] >= 1 and socks["data_segs_out"] >= 45000, socks

@@ -136,7 +136,10 @@ def test_prometheus_sees_the_bytes_fabscope_counted_on_fabric0(shaped_1g: None, 
 
         t_before = time.time()  # the sample Prometheus holds at this instant predates the run
         rec = _engine_bw_over_fabric()
-        time.sleep(3.5)  # at least two 1 s scrapes after the last byte
+        t_done = time.time()
+        # A scrape after the last byte: the fabric counter's newest sample is younger than the run.
+        _wait("Prometheus has scraped fabric0 after the run", lambda: float(_promql(f"timestamp({fabric})")[0][
+            "value"][1]) > t_done, 30, prom)
         t_after = time.time()
 
         moved = _promql(f"{fabric} @ {t_after:.3f} - {fabric} @ {t_before:.3f}")

@@ -119,8 +119,12 @@ def test_version_mismatch_names_both_versions() -> None:
         conn, _ = lsock.accept()
         body = json.dumps({"type": "hello", "proto": 99, "version": "9.9.9", "role": "server"}).encode()
         conn.sendall(struct.pack(">I", len(body)) + body)
-        time.sleep(1)
-        conn.close()
+        conn.settimeout(10)  # open until the client, having read the greeting, hangs up
+        try:
+            while conn.recv(4096):
+                pass
+        finally:
+            conn.close()
 
     threading.Thread(target=greet, daemon=True).start()
     out = fabscope("run", "--peer", f"127.0.0.1:{port}", "--timeout", "3")

@@ -172,8 +172,9 @@ def test_pair_routed_over_mgmt_is_misrouted() -> None:
     assert all(p["transport"]["local"]["kind"] == "ucx" for p in doc["pairs"])
 
 
-def _agent_pid(host: str) -> int | None:
-    """The matrix agent our run started inside `host` (a namespace this test made)."""
+def _agent_pid(host: str, program: bytes = b"matrix-agent") -> int | None:
+    """The matrix agent (or another `program` on its command line, e.g. the engine) our run started
+    inside `host` (a namespace this test made)."""
     out = subprocess.run(["ip", "netns", "pids", host], capture_output=True, text=True, check=False).stdout
     for pid in out.split():
         try:
@@ -181,7 +182,7 @@ def _agent_pid(host: str) -> int | None:
                 cmd = fh.read().split(b"\0")
         except OSError:
             continue
-        if b"matrix-agent" in cmd:
+        if any(program in arg for arg in cmd):
             return int(pid)
     return None
 
@@ -197,7 +198,10 @@ def test_host_killed_mid_run_is_unreachable_and_the_rest_is_kept() -> None:
                 time.sleep(0.2)
                 pid = _agent_pid("fs-d")
             assert pid is not None, "the agent never started on fs-d"
-            time.sleep(1.0)  # mid-run: the first rounds are under way
+            # Mid-run: the first round is under way (an engine measures in one of the hosts).
+            while not any(_agent_pid(h, b"fabscope-engine") for h in hosts):
+                assert time.monotonic() < end and proc.poll() is None, "no engine started in any host"
+                time.sleep(0.05)
             os.kill(pid, signal.SIGKILL)
             out, err = proc.communicate(timeout=240)
         finally:

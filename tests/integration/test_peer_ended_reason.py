@@ -37,6 +37,13 @@ def _received_on(port: int) -> int:
     return int(found.group(1)) if found else 0
 
 
+def _close_wait_to(port: int) -> bool:
+    """Whether a connection to `port` is in CLOSE_WAIT: its peer has closed, its owner not yet."""
+    out = subprocess.run(["ss", "-tnH", "state", "close-wait", "dport", "=", f":{port}"], capture_output=True,
+                         text=True, timeout=10, check=False).stdout
+    return bool(out.strip())
+
+
 class HoldingRelay:
     """127.0.0.1:port -> target, one connection; server-to-client bytes wait while `hold` is set."""
 
@@ -106,7 +113,13 @@ def test_the_peer_that_ended_first_is_quoted() -> None:
         os.kill(client.pid, signal.SIGSTOP)
         server_rc = server.wait(timeout=20)  # the server gives up on the stopped client: "no progress"
         os.kill(client.pid, signal.SIGCONT)
-        time.sleep(0.4)  # the client finds its data connection gone before the server's reason arrives
+        # The client finds its data connection gone before the server's reason arrives: its end of
+        # that connection leaves CLOSE_WAIT (the server's FIN came while it was stopped) once it has
+        # read the end and closed it.
+        deadline = time.monotonic() + 10
+        while _close_wait_to(relay.data_port):
+            assert time.monotonic() < deadline, "the client did not close its data connection within 10 s"
+            time.sleep(0.01)
         relay.hold.clear()
         _, err = client.communicate(timeout=30)
     finally:

@@ -5,6 +5,7 @@ real engines, loopback only."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from serve_helpers import ENV, frame, make_key, read_frame, serve
 
-from conftest import fabscope
+from conftest import fabscope, rcvlowat_for
 from fabscope import auth, control
 from fabscope.errors import FabscopeError
 from fabscope.serve import HANDSHAKE_TIMEOUT_S
@@ -34,7 +35,9 @@ def test_silent_and_slow_connections_do_not_delay_an_honest_client(tmp_path: Pat
         for s in loris:
             s.send(b"\x00")  # the first byte of a length prefix, and then nothing for a long time
         try:
-            time.sleep(0.3)  # all 13 are inside their handshakes now
+            # Greeted: serve has taken all 13 into their handshakes.
+            hellos = [read_frame(s) for s in idle + loris]
+            assert {h["type"] for h in hellos} == {"hello"} and hellos[0]["auth"] == "hmac-sha256", hellos
             t0 = time.monotonic()
             sock = control.open_session(srv.addr, "engine", key, 5.0)
             handshake_s = time.monotonic() - t0
@@ -45,10 +48,7 @@ def test_silent_and_slow_connections_do_not_delay_an_honest_client(tmp_path: Pat
             assert out.returncode == 0, out.stderr
             # The silent ones are dropped at the handshake deadline, not at --timeout.
             t1 = time.monotonic()
-            idle[0].settimeout(HANDSHAKE_TIMEOUT_S + 5)
-            hello = read_frame(idle[0])
-            assert hello["type"] == "hello" and hello["auth"] == "hmac-sha256"
-            bye = read_frame(idle[0])
+            bye = read_frame(idle[0], timeout=HANDSHAKE_TIMEOUT_S + 5)
             assert bye["type"] == "error" and "no answer" in bye["message"]
             assert idle[0].recv(1) == b""
             assert time.monotonic() - t1 < HANDSHAKE_TIMEOUT_S + 2
@@ -64,12 +64,10 @@ def test_connections_per_source_are_bounded_and_the_oldest_gives_way_told_which_
     with serve(tmp_path, "--max-connections-per-source", "3") as srv:
         held = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(3)]
         try:
-            time.sleep(0.3)
+            assert [read_frame(s)["type"] for s in held] == ["hello"] * 3  # all three taken in
             with socket.create_connection(("127.0.0.1", srv.port)) as extra:
                 extra.settimeout(5)
                 assert read_frame(extra)["type"] == "hello"  # served, not refused
-            held[0].settimeout(5)
-            assert read_frame(held[0])["type"] == "hello"
             msg = read_frame(held[0])
             assert msg["type"] == "error" and msg["reason"] == "connections"
             assert "--max-connections-per-source" in msg["message"] and "unauthenticated" in msg["message"]
@@ -290,15 +288,15 @@ def test_serve_adopts_the_clients_timeout_within_its_limits(tmp_path: Path) -> N
 def test_the_receiver_behind_serve_waits_as_the_client_asks(tmp_path: Path) -> None:
     """--tcp-rcvlowat is shared, not local: in a bw run the receiver is the serving end, and how it
     waits is part of the method, so it takes the client's value (the record's transport.peer: 1 is
-    the kernel's default, woken by every arrival; left to itself the server would wait for more)."""
+    the kernel's default, woken by every arrival; left to itself the server would wait for its
+    default, 1 MiB: the whole message)."""
     with serve(tmp_path) as srv:
-        for asked, most in (("1", 1), ("256K", 256 << 10)):
+        for asked, waited in (("1", 1), ("256K", rcvlowat_for(256 << 10, 1 << 20))):
             out = fabscope("run", "--peer", srv.addr, "--format", "json", "--pattern", "bw", "--sizes", "1M",
                            "--iters", "50", "--warmup", "5", "--poll", "block", "--tcp-rcvlowat", asked, timeout=60)
             assert out.returncode == 0, out.stderr
             (rec,) = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-            held = rec["transport"]["peer"]["rcvlowat_bytes"]
-            assert (held == 1) if most == 1 else (1 < held <= most), rec["transport"]
+            assert rec["transport"]["peer"]["rcvlowat_bytes"] == waited, rec["transport"]
 
 
 def _context_switches(pid: int) -> int:
@@ -309,6 +307,20 @@ def _context_switches(pid: int) -> int:
             if line.startswith("voluntary_ctxt_switches:"):
                 total += int(line.split()[1])
     return total
+
+
+def _asleep_in_its_wait(pid: int, timeout: float = 10.0) -> None:
+    """Returns once serve (one thread) sleeps in its wait for connections, signals and the run's
+    end (select/poll: its kernel wait channel), within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    where = ""
+    while time.monotonic() < deadline:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        where = Path(f"/proc/{pid}/wchan").read_text()
+        if len(tasks) == 1 and where.startswith(("poll_schedule_timeout", "do_select", "do_sys_poll", "ep_poll")):
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"serve not asleep in its wait within {timeout:g} s: {len(tasks)} thread(s), in {where!r}")
 
 
 def test_serve_sleeps_through_a_run_and_wakes_for_its_end_and_for_signals(tmp_path: Path) -> None:
@@ -323,7 +335,7 @@ def test_serve_sleeps_through_a_run_and_wakes_for_its_end_and_for_signals(tmp_pa
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
         try:
             srv.wait_event("start")
-            time.sleep(0.3)  # the handshake thread has ended
+            _asleep_in_its_wait(srv.proc.pid)  # the handshake is over
             before = _context_switches(srv.proc.pid)
             time.sleep(1.5)
             woke = _context_switches(srv.proc.pid) - before
@@ -339,7 +351,7 @@ def test_serve_sleeps_through_a_run_and_wakes_for_its_end_and_for_signals(tmp_pa
         (logged,) = srv.wait_event("run")
         assert logged["outcome"] == "ok", logged
         assert time.monotonic() - ended < 2.0, "the run's end was logged late"
-        time.sleep(0.5)  # idle now: nothing to wait for but connections and signals
+        _asleep_in_its_wait(srv.proc.pid)  # idle now: nothing to wait for but connections and signals
         srv.proc.terminate()
         t0 = time.monotonic()
         srv.proc.wait(timeout=10)

@@ -92,11 +92,16 @@ def test_slow_loris_from_four_addresses_does_not_starve_a_keyed_client(tmp_path:
     with serve(tmp_path, "--key-file", key.path) as srv:
         attack = SlowLoris(srv.port)
         attack.thread.start()
+        began = time.monotonic()
         times: list[float] = []
         failures: list[str] = []
         try:
-            time.sleep(RECONNECT_S)  # the attack holds every slot before the first honest client comes
-            end = time.monotonic() + ATTACK_S - RECONNECT_S
+            # The attack holds every slot before the first honest client comes.
+            deadline = time.monotonic() + 15
+            while attack.connects < len(SOURCES) * PER_SOURCE:
+                assert time.monotonic() < deadline, f"the attack opened {attack.connects} connections in 15 s"
+                time.sleep(0.05)
+            end = began + ATTACK_S
             while time.monotonic() < end:
                 t0 = time.monotonic()
                 try:

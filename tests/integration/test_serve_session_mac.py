@@ -32,11 +32,13 @@ def _sockaddr_in(name_hex: str) -> tuple[str, int]:
     return socket.inet_ntoa(raw[4:8]), int.from_bytes(raw[2:4], "big")
 
 
-def _tcp_stranger(addr: str, port: int) -> str:
+def _tcp_stranger(addr: str, port: int, sent: threading.Event) -> str:
     """Connects to the server's tcp data port first (as anyone on the path could), sends what is not
-    the session's token and then "data"; says what the server did with that connection."""
+    the session's token and then "data" (then sets ``sent``); says what the server did with that
+    connection."""
     with socket.create_connection((addr, port), timeout=5) as s:
         s.sendall(b"\x00" * auth.MAC_BYTES + b"x" * 4096)
+        sent.set()
         try:
             return "closed" if s.recv(1) == b"" else "answered"
         except ConnectionResetError:
@@ -45,11 +47,12 @@ def _tcp_stranger(addr: str, port: int) -> str:
             return "kept"
 
 
-def _start(stranger: Callable[[], None]) -> None:
+def _start(stranger: Callable[[threading.Event], None]) -> None:
     """The stranger goes first: the relay holds serve's frame (the client has not heard of the data
-    address yet) while the stranger connects."""
-    threading.Thread(target=stranger, daemon=True).start()
-    time.sleep(0.3)
+    address yet) until the stranger has connected and sent its bytes."""
+    sent = threading.Event()
+    threading.Thread(target=stranger, args=(sent,), daemon=True).start()
+    assert sent.wait(15), "the stranger did not reach the server's data port within 15 s"
 
 
 def _wait_for(seen: list[str]) -> None:
@@ -106,7 +109,7 @@ def test_a_stranger_on_the_tcp_data_port_is_not_taken_for_the_client(tmp_path: P
     def stranger(body: dict[str, Any]) -> None:
         address = body.get("address") or {}
         if "port" in address:
-            _start(lambda: seen.append(_tcp_stranger(str(address["addr"]), int(address["port"]))))
+            _start(lambda sent: seen.append(_tcp_stranger(str(address["addr"]), int(address["port"]), sent)))
 
     with serve(tmp_path, "--key-file", str(key)) as srv:
         relay = FrameRelay(("127.0.0.1", srv.port), on_server_frame=stranger)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import fabscope, json_lines
+from conftest import fabscope, json_lines, rcvlowat_for
 from fabscope.results import parse_record
 
 
@@ -158,24 +158,26 @@ def test_a_stream_receiver_sleeping_in_recv_waits_for_the_message_not_every_arri
     """--poll block, bw: the receiver (the server engine, transport.peer) sets SO_RCVLOWAT before it
     sleeps, to --tcp-rcvlowat (default 1 MiB), the rest of the message or a quarter of its receive
     buffer, whichever is least, so it wakes about once a message where every arrival woke it (3
-    sleeps a MiB on this VM; bench/RESULTS.md). The record carries the last value the kernel held
-    (which of the three bounds it was depends on where the last sleep fell). The sender's socket, a
-    ping-pong's and --tcp-rcvlowat 1 keep 1."""
+    sleeps a MiB on this VM; bench/RESULTS.md). The record carries what a whole message waited for
+    (the largest value set), exactly what the rule gives (conftest.rcvlowat_for). The sender's
+    socket, a ping-pong's and --tcp-rcvlowat 1 keep 1."""
     rec = _block_stream("--pattern", "bw", "--sizes", "1M")
     receiver, sender = rec["transport"]["peer"], rec["transport"]["local"]
-    assert 1 < receiver["rcvlowat_bytes"] <= 1 << 20 and sender["rcvlowat_bytes"] == 1, rec["transport"]
+    assert receiver["rcvlowat_bytes"] == rcvlowat_for(1 << 20, 1 << 20) == 1 << 20, rec["transport"]
+    assert sender["rcvlowat_bytes"] == 1, rec["transport"]
     assert rec["config"]["backend_options"]["tcp-rcvlowat"] == 1 << 20
     # At most about one sleep a message: each wait ends with the whole rest of one there (the
     # control channel's heartbeats and a loaded machine's timeouts add a few).
     assert rec["cpu_use"]["peer"]["voluntary_switches"] <= 1.5 * rec["iterations"] + 20, rec["cpu_use"]
 
-    # Never more than the rest of the message: a wait for bytes the sender will not send would
-    # last until the timeout. With a receive buffer fixed by --tcp-rcvbuf, at most a quarter of it:
-    # a wait for more would shut the window on the sender.
+    # Never more than the message: a wait for bytes the sender will not send would last until the
+    # timeout. With a receive buffer fixed by --tcp-rcvbuf, a quarter of it: a wait for more would
+    # shut the window on the sender.
     small = _block_stream("--pattern", "bw", "--sizes", "64K", "--tcp-rcvlowat", "4M")["transport"]["peer"]
-    assert 1 < small["rcvlowat_bytes"] <= 64 << 10, small
+    assert small["rcvlowat_bytes"] == rcvlowat_for(4 << 20, 64 << 10) == 64 << 10, small
     capped = _block_stream("--pattern", "bw", "--sizes", "1M", "--tcp-rcvbuf", "256K")["transport"]["peer"]
-    assert 1 < capped["rcvlowat_bytes"] <= capped["rcvbuf_bytes"] // 4, capped
+    assert capped["rcvlowat_bytes"] == rcvlowat_for(1 << 20, 1 << 20, capped["rcvbuf_bytes"]), capped
+    assert capped["rcvlowat_bytes"] < 1 << 20, capped  # the cap binds here: it is what is tested
 
     every = _block_stream("--pattern", "bw", "--sizes", "1M", "--tcp-rcvlowat", "1")
     assert every["transport"]["peer"]["rcvlowat_bytes"] == 1

@@ -360,10 +360,10 @@ def test_numa_local_cpus_ok_synthetic(tmp_path: Path) -> None:
 
 def test_numa_of_a_software_rdma_device_is_its_netdevs() -> None:
     """rxe0 has no PCI function: the adapter under it is eth0's, on node 1 in the NUMA guest's capture."""
-    remote = run(ctx(FIX / "rxe-qemu-numa", cpu_affinity={0}), "cpu.numa")
+    remote = run(ctx(FIX / "rxe-qemu-numa-2x2", cpu_affinity={0, 1}), "cpu.numa")  # node 0
     assert [(f.id, f.severity) for f in remote] == [("cpu.numa.rxe0", "warn")]
     assert "NUMA node 1" in remote[0].title and "--cpu auto" in remote[0].fix
-    near = run(ctx(FIX / "rxe-qemu-numa", cpu_affinity={1, 2}), "cpu.numa")
+    near = run(ctx(FIX / "rxe-qemu-numa-2x2", cpu_affinity={2, 3}), "cpu.numa")
     assert [(f.id, f.severity) for f in near] == [("cpu.numa.rxe0", "ok")]
 
 

@@ -292,6 +292,7 @@ def test_interrupted_run_keeps_and_judges_what_was_measured() -> None:
     assert res.to_json()["interrupted"] is True
 
 
+@pytest.mark.measures  # the driver's own time must fit 0.5 s: no other worker's load beside it
 def test_timing_counts_the_measured_phases_over_the_jobs_at_once() -> None:
     """The matrix's timing section: measuring is every job's measured phase over the jobs that run
     at once (the wall time the measurements alone would need); the start-up before the first job

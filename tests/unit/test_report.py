@@ -143,7 +143,9 @@ def test_report_inputs_errors_name_file_and_line(tmp_path: Path) -> None:
 # ---- reports of many runs (issue 23) ---------------------------------------------------------------
 
 def _tagged_store(db: Path, tags: dict[str, float], runs_per_tag: int) -> None:
-    """Stored runs of real records (tcp send lat 8 B and 64 KiB) with p50 scaled per tag and run."""
+    """Stored runs of real records (tcp send lat 8 B and 64 KiB) with every latency figure scaled per
+    tag and run, the histogram's samples with them (each moved to the bucket of its scaled value)."""
+    from fabscope.results.histogram import Histogram, bucket_index
     from fabscope.store import open_store
 
     raw = [json.loads(line) for line in (FIXTURES / "records" / "tcp-send-lat-with-histogram.jsonl").read_text()
@@ -157,8 +159,25 @@ def _tagged_store(db: Path, tags: dict[str, float], runs_per_tag: int) -> None:
                     factor = scale * (1.0 + 0.02 * i)
                     for key in ("min", "p50", "mean", "p99", "p999", "max"):
                         lat[key] = lat[key] * factor
+                    hist = lat["histogram"]
+                    moved: dict[int, int] = {}
+                    for index, count in hist["buckets"]:
+                        lo, hi = Histogram(hist["sub_buckets"], ()).bounds_ns(index)
+                        new = bucket_index((lo + hi) / 2 * factor, hist["sub_buckets"])
+                        moved[new] = moved.get(new, 0) + count
+                    lat["histogram"] = dict(hist, buckets=[[i, c] for i, c in sorted(moved.items())])
                     recs.append(parse_record(dict(rec, latency_us=lat), judge_path=False))
                 store.add_run("run", ["run", "--tag", tag], recs, tag=tag)
+
+
+def _median_us(buckets: list[tuple[float, float, int]]) -> float:
+    """The middle of the bucket that holds the median sample of a drawn distribution."""
+    half, seen = sum(c for _, _, c in buckets) / 2, 0
+    for lo, hi, count in buckets:
+        seen += count
+        if seen >= half:
+            return (lo + hi) / 2
+    raise AssertionError("no samples")
 
 
 def test_a_report_of_two_tags_draws_one_series_per_tag_with_its_spread(tmp_path: Path) -> None:
@@ -178,6 +197,9 @@ def test_a_report_of_two_tags_draws_one_series_per_tag_with_its_spread(tmp_path:
     dists = distributions(inputs.records)
     assert [d.label for d in dists] == ["tcp send [tag before, 3 runs merged]", "tcp send [tag after, 3 runs merged]"]
     assert all(d.size == 65536 and d.buckets for d in dists)
+    # Each tag draws its own distribution: the merged histograms' medians are the tags' 1 : 1.5
+    # (within a bucket, 1/32 of an octave, of each other's).
+    assert _median_us(dists[1].buckets) == pytest.approx(1.5 * _median_us(dists[0].buckets), rel=0.04)
     # one tag, many runs: still the median line with the spread, not one zigzag through every run
     (one,) = latency_series(read_inputs(["before"], str(db)).records)
     assert one.label == "tcp send [tag before]" and one.p50_lo

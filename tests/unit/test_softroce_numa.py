@@ -11,9 +11,9 @@ import pytest
 from fabscope.devices import discover
 from fabscope.testbed import softroce
 from fabscope.testbed.softroce_base import GUEST_MEMORY_MB, QBOOT, Image, SoftRoceError
-from fabscope.testbed.softroce_guests import _qemu_argv
+from fabscope.testbed.softroce_guests import NUMA_NIC_NODE, NUMA_NODE_CPUS, NUMA_VCPUS, _qemu_argv
 
-NUMA_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "rxe-qemu-numa"
+NUMA_FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs" / "rxe-qemu-numa-2x2"
 
 
 def _values(argv: list[str], flag: str) -> list[str]:
@@ -66,12 +66,16 @@ def test_numa_with_two_guests_is_refused_naming_both() -> None:
 
 
 def test_the_numa_fixture_puts_eth0_on_node_1() -> None:
-    """tests/fixtures/sysfs/rxe-qemu-numa, copied from a --numa guest: what the testbed promises."""
+    """tests/fixtures/sysfs/rxe-qemu-numa-2x2, copied from a --numa guest: what the testbed promises
+    (NUMA_NODE_CPUS, the NIC on NUMA_NIC_NODE), so the fixture and the testbed cannot drift apart."""
     inv = discover(NUMA_FIXTURE)
     (eth0,) = [nd for nd in inv.netdevs if nd.name == "eth0"]
     assert eth0.pci is not None
-    assert (eth0.pci.address, eth0.pci.numa_node, eth0.pci.local_cpulist) == ("0000:41:00.0", 1, "1-2")
+    assert (eth0.pci.address, eth0.pci.numa_node, eth0.pci.local_cpulist) == (
+        "0000:41:00.0", NUMA_NIC_NODE, NUMA_NODE_CPUS[NUMA_NIC_NODE]) == ("0000:41:00.0", 1, "2-3")
     (rxe0,) = inv.rdma_devices
     assert rxe0.name == "rxe0" and [p.netdev for p in rxe0.ports] == ["eth0"]
     node = NUMA_FIXTURE / "devices" / "system" / "node"
-    assert [(node / f"node{n}" / "cpulist").read_text().strip() for n in (0, 1)] == ["0", "1-2"]
+    assert tuple((node / f"node{n}" / "cpulist").read_text().strip() for n in (0, 1)) == NUMA_NODE_CPUS
+    cpus = NUMA_FIXTURE / "devices" / "system" / "cpu" / "online"
+    assert cpus.read_text().strip() == f"0-{NUMA_VCPUS - 1}"

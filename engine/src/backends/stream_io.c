@@ -371,8 +371,11 @@ static void set_rcvlowat(struct fs_stream *s)
             want = (uint64_t)s->rcvbuf_seen / 4;
     }
     int v = want < 1 ? 1 : (int)want;
-    if (v != s->rcvlowat_now && setsockopt(s->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v) == 0)
+    if (v != s->rcvlowat_now && setsockopt(s->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v) == 0) {
         s->rcvlowat_now = v;
+        if (v > s->rcvlowat_most)
+            s->rcvlowat_most = v;
+    }
 }
 
 int fs_stream_progress(void *be, int wait_ms, struct fs_events *ev, struct fs_err *err)

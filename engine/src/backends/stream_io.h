@@ -54,9 +54,11 @@ struct fs_stream {
      * only when this many bytes of the message it waits for are there, or the rest of the message,
      * or a quarter of the receive buffer, whichever is least (SO_RCVLOWAT; set_rcvlowat in
      * stream_io.c). 0 or 1: every arrival wakes it, the kernel's default. rcvlowat_now: the value
-     * last set on the socket (0: none); rcvbuf_seen: SO_RCVBUF when last read (0: not yet). */
+     * last set on the socket (0: none); rcvlowat_most: the largest set, what a whole message waited
+     * for (the record's, 0: none); rcvbuf_seen: SO_RCVBUF when last read (0: not yet). */
     uint64_t rcvlowat;
     int rcvlowat_now;
+    int rcvlowat_most;
     int rcvbuf_seen;
     /* In a session `fabscope serve` authenticated: the data connection's first bytes are this
      * token (fs_data_token of the session key and the backend's name), sent by the client and

@@ -317,11 +317,13 @@ static void tcp_describe(void *be, cJSON *o)
     cJSON_AddBoolToObject(o, "tcp_nodelay", t->o.nodelay);
     cJSON_AddNumberToObject(o, "sndbuf_bytes", t->sndbuf_eff);
     cJSON_AddNumberToObject(o, "rcvbuf_bytes", t->rcvbuf_eff);
-    /* SO_RCVLOWAT as the kernel holds it, the last value set: a bw/bibw receiver under --poll
-     * block sets it before it sleeps (--tcp-rcvlowat, set_rcvlowat); 1 elsewhere. */
-    int lowat = 0;
+    /* What a whole message waited for: the largest SO_RCVLOWAT a bw/bibw receiver under --poll
+     * block set before it slept (--tcp-rcvlowat, set_rcvlowat), not the last one, which is often
+     * the rest of a message and so depends on where the last sleep fell; the kernel's value (1)
+     * on a socket that never set it. */
+    int lowat = t->s.rcvlowat_most;
     socklen_t ll = sizeof lowat;
-    if (getsockopt(t->s.fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, &ll) == 0)
+    if (lowat > 0 || getsockopt(t->s.fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, &ll) == 0)
         cJSON_AddNumberToObject(o, "rcvlowat_bytes", lowat);
     int mss = 0;
     socklen_t sl = sizeof mss;
@@ -370,6 +372,8 @@ static void tcp_phase_begin(void *be)
     t->dsack_base = ok && tl >= offsetof(struct tcp_info, tcpi_dsack_dups) + 4
                         ? (long long)ti.tcpi_dsack_dups
                         : -1;
+    /* The record's rcvlowat_bytes is this phase's: from what is in force now. */
+    t->s.rcvlowat_most = t->s.rcvlowat_now;
 }
 
 const struct fs_backend_ops fs_backend_tcp = {
