@@ -46,6 +46,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.parallel)
 
 
+# pytest-timeout's kill (pyproject.toml: 1,200 s a test) must come after a guest test's own deadline:
+# the testbed's expiry stops the guests and says which one did not finish, running what, with its
+# console kept; pytest's kill keeps only a stack. A Soft-RoCE module whose guests may run longer
+# marks itself with guest_timeout(its deadline): the deadline plus what follows it (the guests'
+# shutdown and the diagnostics, the image check before the boot).
+GUEST_AFTER_DEADLINE_S = 300
+
+
+def guest_timeout(deadline_s: float) -> pytest.MarkDecorator:
+    return pytest.mark.timeout(deadline_s + GUEST_AFTER_DEADLINE_S)
+
+
 def engine_bin() -> Path:
     env = os.environ.get("FABSCOPE_ENGINE")
     if env:

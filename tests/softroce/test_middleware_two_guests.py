@@ -26,10 +26,13 @@ HERE = Path(__file__).resolve().parent
 if str(REPO / "python") not in sys.path:
     sys.path.insert(0, str(REPO / "python"))
 
+from conftest import guest_timeout  # noqa: E402
 from fabscope.testbed import softroce  # noqa: E402
 from fabscope.testbed.softroce_base import DEFAULT_SERVER_CMD  # noqa: E402
 
-pytestmark = pytest.mark.softroce  # the fixture skips, saying why, where a guest cannot boot
+GUEST_DEADLINE_S = 1500  # the two-guest boot's (softroce.run's timeout_s), which pytest's must outlast
+# the fixture skips, saying why, where a guest cannot boot
+pytestmark = [pytest.mark.softroce, guest_timeout(GUEST_DEADLINE_S)]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +53,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
     server = ["sh", "-c", f"{shlex.join(MATRIX_AGENT)} & exec {shlex.join(DEFAULT_SERVER_CMD)}"]
     with open(out / "console.log", "w") as console:
         rc = softroce.run(client, two_guests=True, server_cmd=server,
-                          pin_cpus=True, timeout_s=1500, out_dir=out, stdout=console, stderr=console,
+                          pin_cpus=True, timeout_s=GUEST_DEADLINE_S, out_dir=out, stdout=console, stderr=console,
                           extra_files={"middleware_cases.py": HERE / "middleware_cases.py",
                                        "middleware_bench.py": HERE / "middleware_bench.py",
                                        "placement_client.py": HERE / "placement_client.py", "bench_plan.json": plan,

@@ -22,7 +22,11 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "python") not in sys.path:
     sys.path.insert(0, str(REPO / "python"))
 
+from conftest import guest_timeout  # noqa: E402
 from fabscope.testbed import softroce  # noqa: E402
+
+GUEST_DEADLINE_S = 1500  # the two-guest boot's (softroce.run's timeout_s), which pytest's must outlast
+pytestmark = guest_timeout(GUEST_DEADLINE_S)
 
 RS = "fabscope run --peer server --backend rsocket --device rxe0 --timeout 60 --format json"
 PRE = "fabscope run --backend tcp --preload rsocket --device rxe0 --timeout 60 --format json"
@@ -87,7 +91,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # NAME.t: the case's start and end (epoch s), to see where the guest time goes
     lines = [f"date +%s.%N > /out/{name}.t; ( {cmd} ) > /out/{name}.json 2> /out/{name}.err; echo $? > /out/{name}.rc; "
              f"date +%s.%N >> /out/{name}.t" for name, cmd in CASES.items()]  # suite: its report in /out/suite/
-    rc = softroce.run(["sh", "-c", "\n".join(lines)], two_guests=True, pin_cpus=True, out_dir=out, timeout_s=1500,
+    rc = softroce.run(["sh", "-c", "\n".join(lines)], two_guests=True, pin_cpus=True, out_dir=out, timeout_s=GUEST_DEADLINE_S,
                       server_cmd=["sh", "-c", SERVER.split(" ", 2)[2].strip("'")], extra_files={"key": key})
     assert rc == 0
     return out / "client"

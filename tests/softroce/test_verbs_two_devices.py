@@ -20,7 +20,11 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "python") not in sys.path:
     sys.path.insert(0, str(REPO / "python"))
 
+from conftest import guest_timeout  # noqa: E402
 from fabscope.testbed import softroce  # noqa: E402
+
+GUEST_DEADLINE_S = 1500  # the two-guest boot's (softroce.run's timeout_s), which pytest's must outlast
+pytestmark = guest_timeout(GUEST_DEADLINE_S)
 
 DEVS = "rxe0,rxe1"
 RUN = f"fabscope run --peer server --backend verbs --device {DEVS} --timeout 60 --format json"
@@ -95,7 +99,7 @@ def two_rails(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # NAME.t: each case's start and end (epoch s), to see where the guest time goes
     lines = [f"date +%s.%N > /out/{m[1]}.t; {line}; date +%s.%N >> /out/{m[1]}.t"
              if (m := re.search(r"> /out/([\w-]+)\.rc$", line)) else line for line in lines]
-    rc = softroce.run(["sh", "-c", "\n".join(lines)], two_guests=True, links=2, out_dir=out, timeout_s=1500,
+    rc = softroce.run(["sh", "-c", "\n".join(lines)], two_guests=True, links=2, out_dir=out, timeout_s=GUEST_DEADLINE_S,
                       server_cmd=["sh", "-c", "fabscope serve --bind 0.0.0.0 --port 18516 --insecure-no-auth & "
                                   f"exec fabscope serve --bind 0.0.0.0 --insecure-no-auth --device {DEVS}"])
     assert rc == 0
