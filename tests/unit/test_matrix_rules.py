@@ -291,6 +291,8 @@ def test_interrupted_run_keeps_and_judges_what_was_measured() -> None:
     assert res.to_json()["interrupted"] is True
 
 
+# A wall-clock bound: `measures` keeps it out of scripts/test.sh's four-at-once stage, where it would lose it.
+@pytest.mark.measures
 def test_timing_counts_the_measured_phases_over_the_jobs_at_once() -> None:
     """The matrix's timing section: measuring is every job's measured phase over the jobs that run
     at once (the wall time the measurements alone would need); the start-up before the first job

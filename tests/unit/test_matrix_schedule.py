@@ -99,6 +99,8 @@ def test_unknown_schedule_names_what_exists() -> None:
         sch.make("ring", 4)
 
 
+# A wall-clock bound: `measures` keeps it out of scripts/test.sh's four-at-once stage, where it would lose it.
+@pytest.mark.measures
 def test_scale_all_pairs_10k_and_shift_100k() -> None:
     """The schedule for 10,000 hosts (50 M pairs) and shift for 100,000 (5 G pairs) are lazy: made,
     sized and any round built in well under a second (bound generous for a loaded machine)."""
