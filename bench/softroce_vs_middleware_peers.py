@@ -97,9 +97,16 @@ class Case:
     """One pair: the plan entry for the guest and how to read each tool's output."""
 
     def __init__(self, name: str, kind: str, metric: str, peer: str, peer_server: str | None, peer_client: list[str],
-                 fabscope: list[str], size: int, parser: str, parser_kwargs: dict[str, Any] | None = None) -> None:
+                 fabscope: list[str], size: int, parser: str, parser_kwargs: dict[str, Any] | None = None,
+                 peer_listens: str | None = None) -> None:
         self.name, self.kind, self.metric, self.peer = name, kind, metric, peer
         self.peer_server, self.peer_client, self.fabscope, self.size = peer_server, peer_client, fabscope, size
+        # where peer_server listens for peer_client (tcp:PORT or cm:PORT): the guest half starts the
+        # client once it does (tests/softroce/peer_server.sh)
+        self.peer_listens = peer_listens
+        if peer_server and not peer_listens:
+            raise ValueError(f"{name}: a peer server needs peer_listens (tcp:PORT or cm:PORT), or its client would "
+                             "start before it listens")
         # how the peer's output is read: a parser of bench/peer_output.py by name, which the guest
         # half (plan's "peer_figure") uses too
         self.parser, self.parser_kwargs = parser, parser_kwargs or {}
@@ -108,7 +115,8 @@ class Case:
         return PARSERS[self.parser](text, **self.parser_kwargs)
 
     def plan(self) -> dict[str, Any]:
-        return {"name": self.name, "peer_server": self.peer_server, "peer_client": self.peer_client,
+        return {"name": self.name, "peer_server": self.peer_server, "peer_listens": self.peer_listens,
+                "peer_client": self.peer_client,
                 "fabscope": self.fabscope,
                 "peer_figure": {"parser": self.parser, "kwargs": self.parser_kwargs, "metric": self.metric}}
 
@@ -127,7 +135,7 @@ def cases(lat_n: int, bw_n: int) -> list[Case]:
             ["env", f"UCX_TLS={UCX_TLS}", f"UCX_NET_DEVICES={UCX_DEV}", "ucx_perftest", "server", "-p", "13337",
              "-t", test, "-s", str(size), "-n", str(n), "-w", str(w), *extra],
             [*ucx_fab, "--pattern", kind, "--sizes", str(size), "--iters", str(n), "--warmup", str(w), *fextra],
-            size, "ucx_perftest", {"kind": kind}))
+            size, "ucx_perftest", {"kind": kind}, peer_listens="tcp:13337"))
     for name, prov, ep in (("ofi_rxm_lat", "verbs;ofi_rxm", "rdm"), ("ofi_msg_lat", "verbs", "msg")):
         common = ["fi_pingpong", "-p", prov, "-e", ep, "-I", str(lat_n), "-S", str(LAT_SIZE)]
         out.append(Case(
@@ -135,7 +143,7 @@ def cases(lat_n: int, bw_n: int) -> list[Case]:
             " ".join(f'"{a}"' if ";" in a else a for a in common), [*common, "server"],
             [*FAB, "--backend", "ofi", "--provider", prov, "--ofi-ep", ep, "--device", "rxe0", "--op", "send",
              "--pattern", "lat", "--sizes", str(LAT_SIZE), "--iters", str(lat_n)],
-            LAT_SIZE, "fi_pingpong"))
+            LAT_SIZE, "fi_pingpong", peer_listens="tcp:47592"))  # its control socket, before any fabric
     mpi_fab = ["fabscope", "run", "--hosts", "client,server", "--backend", "mpi", "--mpi", "openmpi", "--mca",
                "pml=ucx", "--device", UCX_DEV, "--format", "json", "--no-store", "--timeout", "120", "--poll", "busy"]
     loops, warm_loops = max(1, bw_n // OSU_WINDOW), max(1, warm_bw // OSU_WINDOW)
@@ -158,7 +166,7 @@ def cases(lat_n: int, bw_n: int) -> list[Case]:
             f"rsocket_{kind}", kind, "lat_mean_us" if kind == "lat" else "bw_MBps", f"rstream {kind}",
             " ".join(common), [*common, "-s", "server"],
             [*rs_fab, "--pattern", kind, "--sizes", str(size), "--iters", str(iters * count)],
-            size, "rstream", {"moved": 2 * iters * count * size if kind == "bw" else 0}))
+            size, "rstream", {"moved": 2 * iters * count * size if kind == "bw" else 0}, peer_listens="cm:7471"))
     return out
 
 

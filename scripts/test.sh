@@ -11,35 +11,38 @@ unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX="$PWD/build/pycache"
 stage() { echo; echo "=== $* === (at ${SECONDS} s)"; }
 
+# The stage plan. A test with a wall-clock bound (test_loop.c's, the integration and guest tests, a unit
+# test marked `measures`) loses it on a machine that something else of this run keeps busy; so:
+#   1. lint, then the C tests (test_loop.c's wall-clock bounds): alone.
+#   2. the soak of serve, in the background, beside what times nothing: the ASan/UBSan build, both
+#      fuzzers, the guest image's check, the .deb and the unit and property tests four at once (none
+#      marked `measures`). The soak's own deadlines then share the CPUs with compilers: harder to pass.
+#   3. once the soak ended: the C tests and a loopback run under the sanitizers, alone.
+#   4. packaging and single-guest tests that time nothing (marked two_at_once), two at once.
+#   5. everything else, one at a time: integration, netns, Soft-RoCE guests, browser, `measures`.
+#   6. every skip of every stage against tests/expected-skips.txt (scripts/check_skips.py).
+reports=build/test-reports
+rm -rf "$reports"; mkdir -p "$reports"
+
 stage "lint: ruff + mypy"
-ruff check python tests bench
+ruff check python tests bench scripts/check_skips.py
 mypy
 
 stage "engine: C unit tests"
-ctest --test-dir build/engine --output-on-failure
+ctest --test-dir build/engine --output-on-failure --output-junit "$PWD/$reports/ctest.xml"
 
 soak_pid=""
 if [ -z "${FABSCOPE_FAST:-}" ]; then
-  # The soak of serve keeps about a third of this machine's two CPUs busy: it runs beside the
-  # build, fuzz and packaging stages below (none of which times anything), not after everything. Its
-  # honest runs then share the CPUs with compilers, which makes it harder, not easier, to pass. It ends
-  # before the tests that time runs start (its last seconds overlap the unit tests, which time nothing).
   stage "python: soak of fabscope serve (honest runs among hostile connections, 2.5 min), in the background"
-  mkdir -p build
   # its own process group, so that a stage failing meanwhile stops it with everything it started
   FABSCOPE_SOAK_SECONDS="${FABSCOPE_SOAK_SECONDS:-150}" setsid python -m pytest -q -p no:cacheprovider -s -m soak \
-    tests/integration/test_serve_soak.py > build/soak.log 2>&1 &
+    --junitxml="$reports/soak.xml" tests/integration/test_serve_soak.py > build/soak.log 2>&1 &
   soak_pid=$!
   trap '[ -n "$soak_pid" ] && kill -- "-$soak_pid" 2>/dev/null; true' EXIT
-fi
 
-if [ -z "${FABSCOPE_FAST:-}" ]; then
-  stage "engine: ASan/UBSan build, C tests and a loopback run under the sanitizers"
+  stage "engine: ASan/UBSan build (its tests run once the soak ended)"
   cmake -S engine -B build/engine-asan -G Ninja -DFS_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
   ninja -C build/engine-asan >/dev/null
-  ctest --test-dir build/engine-asan --output-on-failure
-  FABSCOPE_ENGINE="$PWD/build/engine-asan/fabscope-engine" \
-    python -m pytest -q -p no:cacheprovider tests/integration/test_tcp_loopback.py -k "sanity"
 
   # The two fuzzers at once, each on a CPU of its own (each is one process): 30 s instead of 60.
   stage "fuzzing, both at once for 30 s: libFuzzer on the engine's control-message parser, atheris on serve's control path"
@@ -75,11 +78,11 @@ fi
 markers="not soak"
 [ -n "${FABSCOPE_FAST:-}" ] && markers="not softroce and not soak and not packaging"
 # Unit and property tests (marked `parallel` by tests/conftest.py) use no network, and half their time
-# is waiting (subprocess deadlines): four at once. Everything else, and a unit test whose assertions
-# depend on timing real runs (marked `measures`), times a network or a CPU: one at a time.
+# is waiting (subprocess deadlines): four at once, beside the soak. A unit test whose assertions depend
+# on timing real runs or hold a wall-clock bound (marked `measures`) runs in the last stage, alone.
 stage "python: unit and property tests (four workers)"
 python -m pytest -q -p no:cacheprovider -n 4 --durations=10 -m "$markers and parallel and not measures" \
-  tests/unit tests/property
+  --junitxml="$reports/unit.xml" tests/unit tests/property
 if [ -n "$soak_pid" ]; then
   stage "python: waiting for the soak of fabscope serve to end"
   rc_soak=0; wait "$soak_pid" || rc_soak=$?
@@ -89,13 +92,24 @@ if [ -n "$soak_pid" ]; then
 fi
 
 if [ -z "${FABSCOPE_FAST:-}" ]; then
+  stage "engine: C tests and a loopback run under ASan/UBSan (alone: test_loop.c's wall-clock bounds)"
+  ctest --test-dir build/engine-asan --output-on-failure --output-junit "$PWD/$reports/ctest-asan.xml"
+  FABSCOPE_ENGINE="$PWD/build/engine-asan/fabscope-engine" \
+    python -m pytest -q -p no:cacheprovider --junitxml="$reports/asan-loopback.xml" \
+    tests/integration/test_tcp_loopback.py -k "sanity"
+
   # Packaging (compilers, dpkg) and the single-guest tests that time nothing (marked two_at_once):
   # a guest on one vCPU, or one waiting out its deadline, leaves a CPU idle, so two at once. The
   # xdist_group marks pair them: the guests on one worker, the builds and the idle deadline on the other.
   stage "python: packaging and single-guest tests that time nothing (two workers)"
-  python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=10 -m "$markers and two_at_once" tests
+  python -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=10 -m "$markers and two_at_once" \
+    --junitxml="$reports/two-at-once.xml" tests
 fi
 stage "python: integration, netns, Soft-RoCE guest and browser tests, and unit tests that time real runs (one at a time)"
-python -m pytest -q -p no:cacheprovider --durations=60 -m "$markers and (measures or not parallel) and not two_at_once" tests
+python -m pytest -q -p no:cacheprovider --durations=60 -m "$markers and (measures or not parallel) and not two_at_once" \
+  --junitxml="$reports/one-at-a-time.xml" tests
+
+stage "skips: each one expected on this machine (tests/expected-skips.txt)"
+python scripts/check_skips.py tests/expected-skips.txt "$reports"/*.xml
 
 echo; echo "=== every stage passed (${SECONDS} s) ==="

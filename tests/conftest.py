@@ -47,6 +47,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.parallel)
 
 
+# pytest-timeout's kill (pyproject.toml: 1,200 s a test) must come after a guest test's own deadline:
+# the testbed's expiry stops the guests and says which one did not finish, running what, with its
+# console kept; pytest's kill keeps only a stack. A Soft-RoCE module whose guests may run longer
+# marks itself with guest_timeout(its deadline): the deadline plus what follows it (the guests'
+# shutdown and the diagnostics, the image check before the boot).
+GUEST_AFTER_DEADLINE_S = 300
+
+
+def guest_timeout(deadline_s: float) -> pytest.MarkDecorator:
+    return pytest.mark.timeout(deadline_s + GUEST_AFTER_DEADLINE_S)
+
+
+def guest_awaits_listeners(listeners: list[str], name: str = "serves-ready", deadline_s: int = 600) -> str:
+    """A line of a client guest's script that waits for each listener of the server guest (tcp:PORT,
+    cm:PORT; tests/softroce/await_listener.sh) before the clients after it start: the testbed gives
+    the server guest's command a fixed head start, not a readiness. Its exit status goes to
+    /out/NAME.rc (0: all listen), what it said to /out/NAME.err: see guest_awaited."""
+    return (f"ready=0; for l in {' '.join(listeners)}; do "
+            f"sh /fabscope/tests/softroce/await_listener.sh peer $l {deadline_s} || {{ ready=$?; break; }}; "
+            f"done 2> /out/{name}.err; echo $ready > /out/{name}.rc")
+
+
+def guest_awaited(client_out: Path, name: str = "serves-ready") -> None:
+    """Fails, with what await_listener.sh said, where guest_awaits_listeners' wait did not end well."""
+    rc = client_out / f"{name}.rc"
+    assert rc.exists() and rc.read_text().strip() == "0", (client_out / f"{name}.err").read_text() \
+        if (client_out / f"{name}.err").exists() else f"{rc} missing"
+
+
 def engine_bin() -> Path:
     env = os.environ.get("FABSCOPE_ENGINE")
     if env:

@@ -25,6 +25,18 @@ static void put(const char *dir, const char *name, const char *text)
     }
 }
 
+/* This process's open file descriptors (the listing's own excepted). */
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n - 1;
+}
+
 static int ndevs(const char *port, char out[][FS_SYSFS_NDEV_LEN])
 {
     int fd = open(port, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -77,6 +89,7 @@ int main(void)
 
     /* The cache keeps the file open and reads it again at offset 0: a new value is seen, and
      * a name that did not exist stays absent. */
+    int fds_before_cache = open_fds();
     fs_fcache_enable(64);
     struct fs_fcache *c = fs_fcache_owner(dfd, dir);
     CHECK(c != NULL);
@@ -86,10 +99,12 @@ int main(void)
     CHECK(fs_sysfs_u64(c, dfd, "later", &v) == -1);
     fs_fcache_sweep(); /* seen in this snapshot: kept */
     CHECK(fs_fcache_owner(dfd, dir) == c);
+    CHECK(open_fds() > fds_before_cache); /* it keeps the file open (and the count sees it) */
     put(dir, "port_xmit_data", "8\n");
     CHECK(fs_sysfs_u64(c, dfd, "port_xmit_data", &v) == 0 && v == 8);
     fs_fcache_sweep();
     fs_fcache_sweep(); /* not seen in the last snapshot: its files are closed */
+    CHECK(open_fds() == fds_before_cache);
     close(dfd);
 
     const char *names[] = {"port_xmit_data", "no_pma", "state", ".hidden"};

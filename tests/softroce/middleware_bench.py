@@ -8,7 +8,8 @@ boot whose server guest runs the testbed's default `fabscope serve`.
 Also called by middleware_cases.py (run_plan) when its boot carries a plan (the test's smallest mode).
 PLAN.json (written by the host script): {"repeats": R, "cases": [{"name", "peer_server" (shell
 command for the server guest, started over ssh, or null when the peer launches both halves itself,
-as mpirun does), "peer_client" (argv), "fabscope" (argv), "peer_figure" (how the peer's output is
+as mpirun does), "peer_listens" (where its server half listens for the client: tcp:PORT or
+cm:PORT, tests/softroce/peer_server.sh), "peer_client" (argv), "fabscope" (argv), "peer_figure" (how the peer's output is
 read, bench/peer_output.py)}]}. Each case runs as a chain that starts and ends with the peer,
 P F P F ... P (at least R fabscope runs, one more peer run), so every fabscope run has the peer's
 run right before and right after it (the host's sandwiches). One JSON line per run in
@@ -69,7 +70,7 @@ def run_chain(case: dict, repeats: int, out) -> None:
         if tool == "fabscope":
             rec = run_local(case["fabscope"])
         elif case.get("peer_server"):
-            rec = run_peer(case["peer_server"], case["peer_client"], TIMEOUT_S)
+            rec = run_peer(case["peer_server"], case["peer_listens"], case["peer_client"], TIMEOUT_S)
         else:
             rec = run_local(case["peer_client"])
         rec.update(section="bench", bench=case["name"], tool=tool, rep=rep)

@@ -43,12 +43,13 @@ SUITE = ["fabscope", "suite", "--peer", "peer", "--hosts", "client,server", "--q
 # RoCE against TCP), each asked for eth0 and verified there.
 SUITE_TCP = [*SUITE[:SUITE.index("--device")], "--device", "eth0", "--backends", "ucx,ofi,mpi"]
 
-# name, server command (in the server guest, over ssh), client command
-PEERS: list[tuple[str, str, list[str]]] = [
-    ("ucx_perftest_rc_ud", "UCX_TLS=rc_verbs,ud_verbs UCX_NET_DEVICES=rxe0:1 ucx_perftest -p 13337",
+# name, server command (in the server guest, over ssh), what it listens on for the client (see
+# peer_server.sh), client command
+PEERS: list[tuple[str, str, str, list[str]]] = [
+    ("ucx_perftest_rc_ud", "UCX_TLS=rc_verbs,ud_verbs UCX_NET_DEVICES=rxe0:1 ucx_perftest -p 13337", "tcp:13337",
      ["env", "UCX_TLS=rc_verbs,ud_verbs", "UCX_NET_DEVICES=rxe0:1", "ucx_perftest", "-p", "13337", "server",
       "-t", "tag_lat", "-n", "200", "-s", "8"]),
-    ("fi_pingpong_rxm", 'fi_pingpong -p "verbs;ofi_rxm" -e rdm -I 100 -S 8',
+    ("fi_pingpong_rxm", 'fi_pingpong -p "verbs;ofi_rxm" -e rdm -I 100 -S 8', "tcp:47592",
      ["fi_pingpong", "-p", "verbs;ofi_rxm", "-e", "rdm", "-I", "100", "-S", "8", "server"]),
 ]
 
@@ -61,7 +62,9 @@ def record(out, rec: dict) -> None:
 
 # Starts the server half and says when it listens (both guests see the repo at /fabscope).
 PEER_SERVER = "/fabscope/tests/softroce/peer_server.sh"
-LISTENING = b"fabscope-peer: listening"
+LISTENING = b"fabscope-peer: listening on "
+# peer_server.sh's own deadline for the listener (60 s) plus ssh's start-up under TCG
+READY_S = 120
 
 
 def wait_listening(srv: subprocess.Popen, limit_s: float) -> bytes:
@@ -80,28 +83,29 @@ def wait_listening(srv: subprocess.Popen, limit_s: float) -> bytes:
     return got
 
 
-def run_peer(server: str, client: list[str], client_timeout: float = 120) -> dict:
+def run_peer(server: str, listener: str, client: list[str], client_timeout: float = 120) -> dict:
     """The server half in the server guest (over ssh), then the client half here once the server
-    half listens; a client refused all the same tries again. Both outputs and exit statuses."""
+    half listens where the client connects (listener: tcp:PORT or cm:PORT, peer_server.sh). A
+    server half that does not listen within READY_S is the case's failure, said in its output: the
+    client is not started (a client started early is refused: the fi_pingpong flake of issue 52).
+    Both outputs and exit statuses."""
     t0 = time.monotonic()
     # The testbed's own environment (UCX_IB_GID_INDEX, FI_UNIVERSE_SIZE) does not cross ssh: the
     # server half gets this guest's values, as mpirun's -x does for the ranks.
     fwd = " ".join(f"{k}={os.environ[k]}" for k in ("UCX_IB_GID_INDEX", "FI_UNIVERSE_SIZE") if k in os.environ)
-    srv = subprocess.Popen(["ssh", "server", f"{fwd} sh {PEER_SERVER} {int(client_timeout)} {shlex.quote(server)}"],
+    srv = subprocess.Popen(["ssh", "server", f"{fwd} sh {PEER_SERVER} {int(client_timeout)} {shlex.quote(listener)} "
+                                             f"{shlex.quote(server)}"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    # Under TCG ssh and the library's start-up take seconds: wait for the listener (at most 60 s).
-    head = wait_listening(srv, 60)
-    give_up = time.monotonic() + 60
-    while True:
+    head = wait_listening(srv, READY_S)
+    if LISTENING in head:
         try:
             c = subprocess.run(client, capture_output=True, text=True, timeout=client_timeout)
             rc, text = c.returncode, c.stdout + c.stderr
         except subprocess.TimeoutExpired:
             rc, text = None, f"client timed out after {client_timeout:g} s"
-        refused = rc != 0 and ("Connection refused" in text or "connect() failed" in text)
-        if not refused or time.monotonic() > give_up or srv.poll() is not None:
-            break
-        time.sleep(1)
+    else:
+        rc, text = None, f"client not started: the server half did not say it listens on {listener} " \
+                         f"within {READY_S} s (its output is server_output)"
     try:
         rest, _ = srv.communicate(timeout=60)
     except subprocess.TimeoutExpired:
@@ -112,8 +116,8 @@ def run_peer(server: str, client: list[str], client_timeout: float = 120) -> dic
             "server_output": srv_out[-2000:], "elapsed_s": round(time.monotonic() - t0, 1)}
 
 
-def peer_case(out, name: str, server: str, client: list[str]) -> None:
-    record(out, {"case": name, "kind": "peer", **run_peer(server, client)})
+def peer_case(out, name: str, server: str, listener: str, client: list[str]) -> None:
+    record(out, {"case": name, "kind": "peer", **run_peer(server, listener, client)})
 
 
 def fabscope_case(out, name: str, args: list[str], env: dict[str, str]) -> None:
@@ -152,8 +156,8 @@ def suite_case(out, name: str = "suite", suite: list[str] = SUITE) -> None:
 def main() -> int:
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "cases.jsonl"), "a") as out:
-        for name, server, client in PEERS:
-            peer_case(out, name, server, client)
+        for name, server, listener, client in PEERS:
+            peer_case(out, name, server, listener, client)
         suite_case(out)
         suite_case(out, "suite-eth0", SUITE_TCP)
         for name, args, env in FABSCOPE:

@@ -27,10 +27,13 @@ HERE = Path(__file__).resolve().parent
 if str(REPO / "python") not in sys.path:
     sys.path.insert(0, str(REPO / "python"))
 
+from conftest import guest_awaited, guest_awaits_listeners, guest_timeout  # noqa: E402
 from fabscope.testbed import softroce  # noqa: E402
 from fabscope.testbed.softroce_base import DEFAULT_SERVER_CMD  # noqa: E402
 
-pytestmark = pytest.mark.softroce  # the fixture skips, saying why, where a guest cannot boot
+GUEST_DEADLINE_S = 1500  # the two-guest boot's (softroce.run's timeout_s), which pytest's must outlast
+# the fixture skips, saying why, where a guest cannot boot
+pytestmark = [pytest.mark.softroce, guest_timeout(GUEST_DEADLINE_S)]
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +49,14 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
     token.write_text(secrets.token_urlsafe(24) + "\n")
     token.chmod(0o600)
     # First the verbs matrix (its agents: one in each guest), then the middleware cases.
+    # The cases after the matrix are clients of the server guest's serve (18515): it listens first.
     client = ["sh", "-c", f"{shlex.join(MATRIX_AGENT)} & {shlex.join(MATRIX)} > /out/matrix.json; "
-              "echo $? > /out/matrix.rc; wait; exec python3 /fabscope-ctl/middleware_cases.py /out/cases"]
+              f"echo $? > /out/matrix.rc; wait; {guest_awaits_listeners(['tcp:18515'])}; "
+              "exec python3 /fabscope-ctl/middleware_cases.py /out/cases"]
     server = ["sh", "-c", f"{shlex.join(MATRIX_AGENT)} & exec {shlex.join(DEFAULT_SERVER_CMD)}"]
     with open(out / "console.log", "w") as console:
         rc = softroce.run(client, two_guests=True, server_cmd=server,
-                          pin_cpus=True, timeout_s=1500, out_dir=out, stdout=console, stderr=console,
+                          pin_cpus=True, timeout_s=GUEST_DEADLINE_S, out_dir=out, stdout=console, stderr=console,
                           extra_files={"middleware_cases.py": HERE / "middleware_cases.py",
                                        "middleware_bench.py": HERE / "middleware_bench.py",
                                        "placement_client.py": HERE / "placement_client.py", "bench_plan.json": plan,
@@ -61,6 +66,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
         if (out / "client" / "cases" / "cases.jsonl").exists() else []
     got = {c["case"]: c for c in map(json.loads, lines)}
     assert rc == 0 and got, log[-3000:]
+    guest_awaited(out / "client")
     for name in ("suite", "suite-eth0"):
         suite = out / "client" / "cases" / name
         got[name]["summary"] = json.loads((suite / "suite.json").read_text()) if (suite / "suite.json").exists() else {}

@@ -23,7 +23,11 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "python") not in sys.path:
     sys.path.insert(0, str(REPO / "python"))
 
+from conftest import guest_awaited, guest_awaits_listeners, guest_timeout  # noqa: E402
 from fabscope.testbed import softroce  # noqa: E402
+
+GUEST_DEADLINE_S = 1500  # the two-guest boot's (softroce.run's timeout_s), which pytest's must outlast
+pytestmark = guest_timeout(GUEST_DEADLINE_S)
 
 RS = "fabscope run --peer server --backend rsocket --device rxe0 --timeout 60 --format json"
 PRE = "fabscope run --backend tcp --preload rsocket --device rxe0 --timeout 60 --format json"
@@ -67,6 +71,7 @@ CASES = {
                        "--key-file /fabscope-ctl/key --backend verbs --device rxe0 --timeout 60 --cm --op send "
                        "--sizes 64 --iters 100 --format json",
 }
+SERVE_PORTS = (18515, 18700, 18800, 18600)  # SERVER's serves, each the server of some CASES
 SERVER = ("sh -c 'fabscope-engine --listen 0.0.0.0:18900 --backend verbs --timeout 120 & "
           "fabscope serve --bind 0.0.0.0 --insecure-no-auth --timeout 60 & "
           "setpriv --bounding-set=-net_raw --inh-caps=-net_raw -- fabscope serve --bind 0.0.0.0 --port 18700 "
@@ -88,9 +93,14 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # NAME.t: the case's start and end (epoch s), to see where the guest time goes
     lines = [f"date +%s.%N > /out/{name}.t; ( {cmd} ) > /out/{name}.json 2> /out/{name}.err; echo $? > /out/{name}.rc; "
              f"date +%s.%N >> /out/{name}.t" for name, cmd in CASES.items()]  # suite: its report in /out/suite/
-    rc = softroce.run(["sh", "-c", "\n".join(lines)], two_guests=True, pin_cpus=True, out_dir=out, timeout_s=1500,
+    # After the wire case (its engine's one client), every serve's listener before any case is its client:
+    # four Python serves starting at once on one TCG vCPU took over 80 s under load, past the suite's own
+    # 30 s connection deadline.
+    lines.insert(1, guest_awaits_listeners([f"tcp:{port}" for port in SERVE_PORTS]))
+    rc = softroce.run(["sh", "-c", "\n".join(lines)], two_guests=True, pin_cpus=True, out_dir=out, timeout_s=GUEST_DEADLINE_S,
                       server_cmd=["sh", "-c", SERVER.split(" ", 2)[2].strip("'")], extra_files={"key": key})
     assert rc == 0
+    guest_awaited(out / "client")
     return out / "client"
 
 

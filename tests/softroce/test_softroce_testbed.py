@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,8 @@ if str(REPO / "python") not in sys.path:  # no conftest needed: PYTHONPATH=pytho
 from fabscope.testbed import softroce, softroce_guests  # noqa: E402
 
 GID = "/sys/class/infiniband/rxe0/ports/1"
+# In the client guest: waits for the server guest's listener before a peer tool's client starts
+AWAIT = "sh /fabscope/tests/softroce/await_listener.sh"
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +150,9 @@ def test_two_guests_ib_write_bw_each_guest_pinned_to_a_host_cpu(built: Path) -> 
     watcher.start()
     t0 = time.monotonic()
     try:
-        rc = softroce.run([*perf, "peer"], two_guests=True, pin_cpus=pin, timeout_s=240, server_cmd=perf,
+        # the client once the server's perftest listens (its TCP port, 18515), not after a head start
+        rc = softroce.run(["sh", "-c", f"{AWAIT} peer tcp:18515 120 && exec {shlex.join(perf)} peer"],
+                          two_guests=True, pin_cpus=pin, timeout_s=240, server_cmd=perf,
                           stdout=out, stderr=err)
     finally:
         stop.set()
@@ -345,7 +350,7 @@ def test_fabscope_verbs_over_siw_iwarp(tmp_path: Path) -> None:
     # First perftest over rdma_cm (its server half beside the serve, on a port of its own), then fabscope.
     perf = "ib_write_bw -d siw0 -R -F -n 100 -s 65536 -p 18600"
     loop = (
-        f"{perf} peer > /out/perftest.txt 2>&1; echo $? > /out/perftest.rc; "
+        f"{{ {AWAIT} peer cm:18600 300 && {perf} peer; }} > /out/perftest.txt 2>&1; echo $? > /out/perftest.rc; "
         "for op in send write read; do for pat in lat bw; do for try in 1 2; do "
         "fabscope run --peer peer --backend verbs --device siw0 --cm --op $op --pattern $pat "
         "--sizes 4K --iters 100 --timeout 60 --format json > /out/$op-$pat.jsonl 2>/out/$op-$pat.err; "

@@ -14,9 +14,11 @@ FS_GUEST_ENGINE to use another binary.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -32,11 +34,13 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import verbs_suite as suite  # noqa: E402
 
-from conftest import engine_bin  # noqa: E402
+from conftest import engine_bin, guest_timeout  # noqa: E402
 from fabscope.inventory import EngineInventory  # noqa: E402
 
+GUEST_DEADLINE_S = float(os.environ.get("FS_VERBS_TIMEOUT", "2400"))  # the boot's, which pytest's must outlast
 pytestmark = [
     pytest.mark.softroce,
+    guest_timeout(GUEST_DEADLINE_S),
     pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                        reason="the Soft-RoCE testbed needs qemu-system-x86_64 (package qemu-system-x86)"),
 ]
@@ -110,7 +114,7 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             # The suite's exit status is the guest's; the inventory's outputs are asserted on below.
             rc = softroce.run(["sh", "-c", f"{suite_cmd}; rc=$?; mkdir -p /out/inventory; "
                                f"(cd /out/inventory && {INVENTORY_SCRIPT}); exit $rc"],
-                              out_dir=out, timeout_s=float(os.environ.get("FS_VERBS_TIMEOUT", "2400")),
+                              out_dir=out, timeout_s=GUEST_DEADLINE_S,
                               # server and client engines each on a vCPU (a host thread) of their own:
                               # the suite's ~70 short cases take half the time they take on one vCPU
                               vcpus=2,
@@ -146,7 +150,22 @@ def _get(guest: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def _explain(rec: dict[str, Any]) -> str:
-    return f"{rec.get('argv')}\nclient stderr: {rec.get('stderr')}\nserver stderr: {rec.get('server_stderr')}"
+    return (f"{rec.get('argv')}\nclient exit {rec.get('rc')}, stderr: {rec.get('stderr')}\n"
+            f"server exit {rec.get('server_rc')}, stderr: {rec.get('server_stderr')}")
+
+
+def _both_ends_ok(rec: dict[str, Any]) -> None:
+    """A pair that measured: the client and the server both exited 0 (a server engine that crashes
+    in its teardown after it sent its counts fails here, not only in its own stderr)."""
+    assert rec["rc"] == 0 and rec["server_rc"] == 0, _explain(rec)
+
+
+def test_the_guest_suite_ended_with_exit_0(guest: dict[str, Any]) -> None:
+    """The guest's own exit status (the suite's): a suite that died on a Python error half-way
+    leaves cases missing, and says why only here."""
+    if guest["rc"] is None:
+        pytest.skip("FS_VERBS_RESULTS: asserting on a previous boot's output, no guest ran")
+    assert guest["rc"] == 0, f"the guest exited {guest['rc']}: see {guest['out']}/console.log"
 
 
 # ---- every op x service, lat and bw, plus the option cases -----------------------------------
@@ -157,7 +176,7 @@ def test_functional_ok(guest: dict[str, Any], c: dict[str, Any]) -> None:
     if "functional" not in guest["sections"]:
         pytest.skip("functional section not run")
     rec = _get(guest, c["name"])
-    assert rec["rc"] == 0, _explain(rec)
+    _both_ends_ok(rec)
     results = _results(rec)
     assert results, _explain(rec)
     for r in results:
@@ -194,7 +213,7 @@ def test_a_ping_pong_on_two_receives_answers_every_message_of_every_size(guest: 
     if "functional" not in guest["sections"]:
         pytest.skip("functional section not run")
     rec = _get(guest, name)
-    assert rec["rc"] == 0, _explain(rec)
+    _both_ends_ok(rec)
     results = _results(rec)
     assert len(results) == 2, _explain(rec)
     for r in results:
@@ -296,7 +315,8 @@ def test_unsupported_is_exit_6(guest: dict[str, Any], c: dict[str, Any]) -> None
     if "functional" not in guest["sections"]:
         pytest.skip("functional section not run")
     rec = _get(guest, c["name"])
-    assert rec["rc"] == 6, _explain(rec)
+    # both ends refuse the same way: the server learns the options from the client's hello
+    assert rec["rc"] == 6 and rec["server_rc"] == 6, _explain(rec)
     assert "unsupported by service" in rec["stderr"], rec["stderr"]
     assert not _results(rec)
 
@@ -305,7 +325,8 @@ def test_cm_refuses_uc(guest: dict[str, Any]) -> None:
     if "functional" not in guest["sections"]:
         pytest.skip("functional section not run")
     rec = _get(guest, "cm-uc-refused")
-    assert rec["rc"] == 2 and "--cm" in rec["stderr"], _explain(rec)
+    # the server, told of the client's options, refuses them the same way
+    assert rec["rc"] == 2 and rec["server_rc"] == 2 and "--cm" in rec["stderr"], _explain(rec)
 
 
 # ---- errors: what was asked, what exists, how to fix it ---------------------------------------
@@ -321,12 +342,22 @@ ERROR_TEXT = {
 }
 
 
+# The client refuses these before it connects (its own device list is enough).
+REFUSED_BEFORE_CONNECTING = {"bad-device"}
+
+
 @pytest.mark.parametrize("name", list(ERROR_TEXT))
 def test_error_messages(guest: dict[str, Any], name: str) -> None:
     if "errors" not in guest["sections"]:
         pytest.skip("errors section not run")
     rec = _get(guest, name)
     assert rec["rc"] == 2, _explain(rec)
+    if name in REFUSED_BEFORE_CONNECTING:
+        # never reached: the harness stops the server waiting for its client (verbs_suite.engine_case)
+        assert rec["server_rc"] == -signal.SIGKILL, _explain(rec)
+    else:
+        # the client's refusal reaches the server, which ends with the same exit status
+        assert rec["server_rc"] == 2, _explain(rec)
     for text in ERROR_TEXT[name]:
         assert text in rec["stderr"], f"{text!r} missing from: {rec['stderr']}"
     # the error is also a JSON record, for the front end
@@ -340,7 +371,7 @@ def test_gid_mismatch_is_explained(guest: dict[str, Any]) -> None:
     if "errors" not in guest["sections"]:
         pytest.skip("errors section not run")
     rec = _get(guest, "gid-kind-mismatch")
-    assert rec["rc"] == 2, _explain(rec)
+    assert rec["rc"] == 2 and rec["server_rc"] == 2, _explain(rec)
     for text in ("GID mismatch", "GID index 0 (fe80::", f"GID index 1 (::ffff:{RXE_IPV4}, IPv4)",
                  "Leave --gid-index out"):
         assert text in rec["stderr"], rec["stderr"]
@@ -350,7 +381,7 @@ def test_memlock_with_cap_ipc_lock_runs(guest: dict[str, Any]) -> None:
     if "errors" not in guest["sections"]:
         pytest.skip("errors section not run")
     rec = _get(guest, "memlock-low-but-cap-ipc-lock")
-    assert rec["rc"] == 0, _explain(rec)
+    _both_ends_ok(rec)
     ml = _results(rec)[0]["transport"]["local"]["memlock"]
     assert ml["limit"] == 64 * 1024 and ml["cap_ipc_lock"] is True and ml["registered"] > ml["limit"]
 
@@ -375,18 +406,17 @@ def test_bench_vs_perftest(guest: dict[str, Any], tmp_path: Path) -> None:
     (tmp_path / "RESULTS-softroce.md").write_text(md)
     assert "| " in md
     for r in rows:
-        # every fabscope repeat must produce a number; perftest itself sometimes refuses under TCG
-        # ("Correlation coefficient r^2 < 0.9 - Can't produce a report": its cycle counter check),
-        # so one short of all its repeats suffices
-        assert r["n_fabscope"] == r["runs"] and r["n_perftest"] >= r["runs"] - 1, (
+        # The machinery, not the ratios (one repeat of two busy pollers in one TCG guest: the goals
+        # are bench/softroce_vs_perftest.py's, in its two-guest mode): both tools ran and gave a
+        # finite positive figure, every fabscope repeat and all but one of perftest's (perftest
+        # itself sometimes refuses under TCG: "Correlation coefficient r^2 < 0.9 - Can't produce a
+        # report", its cycle counter check), the ratio is theirs, and the row is in the table.
+        assert r["runs"] >= 1 and r["n_fabscope"] == r["runs"] and r["n_perftest"] >= r["runs"] - 1, (
             r["bench"], r["perftest_all"], r["fabscope_all"])
-        # TCG with server and client in one guest is noisy: the goals (1.05x / 0.95x) are reported
-        # in the table; the test only catches gross regressions
-        assert r["ratio"] is not None
-        if r["lat"]:
-            assert r["ratio"] < 2.0, r
-        else:
-            assert r["ratio"] > 0.5, r
+        for figure in (r["perftest"], r["fabscope"]):
+            assert figure is not None and math.isfinite(figure) and figure > 0, r
+        assert r["ratio"] == pytest.approx(r["fabscope"] / r["perftest"]), r
+        assert f" vs fabscope {r['bench'].replace('_', ' ')} | " in md, md
 
 
 # ---- the inventory and the doctor, after the suite in the same boot ------------------------------

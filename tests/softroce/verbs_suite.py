@@ -281,11 +281,16 @@ def gid_index() -> int:
     return 1
 
 
-def port_listening(port: int) -> bool:
+def port_listening(port: int, cm: bool = False) -> bool:
+    """Whether something listens on the port: a TCP socket (`ss`), or with cm an rdma_cm id in
+    LISTEN (`rdma res show cm_id`: perftest -R and rsockets have no TCP socket)."""
+    argv = ["rdma", "res", "show", "cm_id"] if cm else ["ss", "-ltnH"]
     try:
-        out = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.TimeoutExpired):
         return False
+    if cm:
+        return any(" LISTEN " in ln + " " and re.search(rf"src-addr \S*:{port}(\s|$)", ln) for ln in out.splitlines())
     return any(re.search(rf":{port}\s", ln + " ") for ln in out.splitlines())
 
 
@@ -324,37 +329,31 @@ def parse_perftest(text: str, lat: bool) -> dict:
 # A perftest client has no deadline: `ib_send_lat -e` waited for ever for a completion event in 2 of
 # 7 runs between the guests (every run takes 1-4 s here), and each hang cost the old 300 s.
 PERFTEST_CLIENT_S = 60
-# perftest's server prints this before it waits (TCP accept, or rdma_cm listen with -R)
-PERFTEST_WAITING = "Waiting for client"
 SERVER_READY_S = 60
 
 
 def start_perftest_server(argv: list[str]) -> subprocess.Popen:
     """A perftest server, returned once it accepts a client: its TCP port listens, or with -R
-    (rdma_cm, no TCP socket) it printed that it waits for the rdma_cm client."""
+    (rdma_cm, no TCP socket) its rdma_cm id listens on the port. A server that exits first, or
+    does not listen within SERVER_READY_S, is a RuntimeError that says so with its output (and a
+    listener already on the port one that names it: the client would reach that one instead)."""
     cm = "-R" in argv
+    port = int(argv[argv.index("-p") + 1])
+    what = f"{'rdma_cm' if cm else 'TCP'} port {port}"
+    if port_listening(port, cm):
+        raise RuntimeError(f"{shlex.join(argv)}: something already listens on {what} (a server of an earlier case?)")
     cpu0 = guest_cpu()
-    srv = subprocess.Popen((["stdbuf", "-oL"] if cm else []) + argv, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
-    t0 = time.monotonic()
-    seen: list[str] = []
-    while time.monotonic() < t0 + SERVER_READY_S and srv.poll() is None:
-        if cm:
-            # no TCP socket to look for: its "waiting" line, else (output still buffered) 15 s
-            r, _, _ = select.select([srv.stdout], [], [], 0.5)
-            if r:
-                line = srv.stdout.readline()
-                seen.append(line)
-                if PERFTEST_WAITING in line:
-                    time.sleep(2)  # rdma_listen follows the message
-                    break
-            elif time.monotonic() > t0 + 15:
-                break
-        elif port_listening(PERFTEST_PORT):
-            break
-        else:
-            time.sleep(0.2)
-    srv.early_output = "".join(seen)  # type: ignore[attr-defined]
+    srv = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    end = time.monotonic() + SERVER_READY_S
+    while not port_listening(port, cm):
+        if srv.poll() is not None or time.monotonic() > end:
+            ended = srv.poll() is not None
+            srv.kill()
+            so, _ = srv.communicate()
+            why = f"ended (exit {srv.returncode}) before it listened" if ended else \
+                f"did not listen within {SERVER_READY_S} s (stopped)"
+            raise RuntimeError(f"{shlex.join(argv)} {why} on {what}: {so[-500:]}")
+        time.sleep(0.1)
     srv.guest_cpu = cpu0  # type: ignore[attr-defined]
     return srv
 
@@ -409,7 +408,7 @@ def reap(srv: subprocess.Popen, timeout: float = 40) -> tuple[str, str, dict]:
 
 def finish_server(srv: subprocess.Popen, timeout: float = 40) -> tuple[int | None, str, dict]:
     so, se, cost = reap(srv, timeout)
-    return srv.returncode, getattr(srv, "early_output", "") + so + se, cost
+    return srv.returncode, so + se, cost
 
 
 def perftest_figure(res: dict, lat: bool) -> float | None:
@@ -432,7 +431,10 @@ def perftest_run(tool: str, args: list[str], lat: bool, remote: bool = False) ->
             return {"rc": None, "raw": f"server guest: {started.get('error')}", "elapsed_s": 0}
         srv = None
     else:
-        srv = start_perftest_server([tool] + common)
+        try:
+            srv = start_perftest_server([tool] + common)
+        except RuntimeError as e:
+            return {"rc": None, "raw": str(e), "elapsed_s": round(time.monotonic() - t0, 2)}
     try:
         c = subprocess.run([tool] + common + ["peer" if remote else "127.0.0.1"], capture_output=True, text=True,
                            timeout=PERFTEST_CLIENT_S)
@@ -647,9 +649,6 @@ def bench_server(out) -> None:
                 try:
                     if req.get("kind") == "perftest":
                         proc = start_perftest_server(argv)
-                        if proc.poll() is not None:
-                            reply = {"ok": False, "error": f"{shlex.join(argv)} exited with {proc.returncode}: "
-                                                           f"{finish_server(proc)[1][-500:]}"}
                     else:
                         proc, port = start_server(argv + ["--device", DEV], listen="0.0.0.0:0")
                         reply["port"] = port
@@ -678,22 +677,59 @@ def bench_server(out) -> None:
 
 # ---- wire (two guests, client side) ---------------------------------------------------------
 
+def capturing(cap: subprocess.Popen, netdev: str, deadline_s: float = SERVER_READY_S) -> str | None:
+    """None once the capture process has its packet socket on netdev (in /proc/net/packet: libpcap
+    opened the interface; dumpcap's "Capturing on" line comes before that); else why not by deadline_s."""
+    ifindex = open(f"/sys/class/net/{netdev}/ifindex").read().strip()
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end and cap.poll() is None:
+        try:
+            mine = {os.readlink(f"/proc/{cap.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{cap.pid}/fd")}
+            with open("/proc/net/packet") as f:
+                # sk RefCnt Type Proto Iface R Rmem User Inode
+                bound = [ln.split() for ln in f.read().splitlines()[1:]]
+        except OSError:
+            mine, bound = set(), []
+        if any(len(c) >= 9 and c[4] == ifindex and f"socket:[{c[8]}]" in mine for c in bound):
+            return None
+        time.sleep(0.1)
+    return f"the capture did not open {netdev} within {deadline_s:g} s (exit {cap.poll()})"
+
+
+def remote_listening(host: str, port: int, deadline_s: float = SERVER_READY_S) -> str | None:
+    """None once the other guest (host, over the testbed's ssh: its sshd may still be starting)
+    has a TCP socket listening on port; else what was seen by deadline_s."""
+    end = time.monotonic() + deadline_s
+    last = ""
+    while time.monotonic() < end:
+        try:
+            c = subprocess.run(["ssh", host, f"ss -Hltn 'sport = :{port}'"], capture_output=True, text=True,
+                               timeout=max(1.0, end - time.monotonic()))
+            if c.returncode == 0 and c.stdout.strip():
+                return None
+            last = (c.stdout + c.stderr).strip()[-300:] or "no listener yet"
+        except subprocess.TimeoutExpired:
+            last = "ssh did not answer"
+        time.sleep(0.5)
+    return f"{host} did not listen on TCP port {port} within {deadline_s:g} s ({last})"
+
+
 def wire_client(out, peer: str = "peer", port: int = 18515) -> None:
     """Capture eth0 while fabscope writes 3 x MTU and MTU-sized messages to the server guest,
     then decode the capture with tshark (BTH opcodes)."""
     pcap = "/tmp/verbs-wire.pcapng"
     cap = subprocess.Popen(["dumpcap", "-q", "-i", "eth0", "-f", "udp port 4791", "-w", pcap],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    time.sleep(4)  # dumpcap under TCG: let it open the interface
     argv = [ENGINE, "--peer", f"{peer}:{port}", "--backend", "verbs", "--device", "rxe0", "--timeout", TIMEOUT,
             "--op", "write", "--pattern", "bw", "--sizes", "1024,3072", "--iters", "20", "--warmup", "0"]
-    deadline = time.monotonic() + 60
-    while True:
+    # dumpcap captures (seconds under TCG) and the server guest's bare engine listens (asked of that
+    # guest over the testbed's ssh): the client starts after both.
+    not_ready = capturing(cap, "eth0") or remote_listening(peer, port)
+    if not_ready:
+        c = subprocess.CompletedProcess(argv, None, "", f"client not started: {not_ready}")  # type: ignore[arg-type]
+    else:
         c = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-        if c.returncode != 3 or time.monotonic() > deadline:
-            break
-        time.sleep(2)  # the server guest may still be booting
-    time.sleep(2)
+    time.sleep(2)  # the last packets reach the capture
     cap.terminate()
     try:
         cap.wait(timeout=20)

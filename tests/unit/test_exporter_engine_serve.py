@@ -98,6 +98,8 @@ def _fake_engine(tmp_path: Path, body: str) -> Path:
     return exe
 
 
+# A wall-clock bound: `measures` keeps it out of scripts/test.sh's four-at-once stage, where it would lose it.
+@pytest.mark.measures
 def test_a_silent_engine_fails_the_snapshot_within_its_deadline(tmp_path: Path) -> None:
     engine = SnapshotEngine(_fake_engine(tmp_path, "exec sleep 60"), None, timeout_s=1.0)
     start = time.monotonic()

@@ -10,6 +10,8 @@ import shlex
 import time
 from pathlib import Path
 
+import pytest
+
 from fabscope.runner import stream_client
 
 
@@ -25,6 +27,8 @@ def _alive(pid: int) -> bool:
         return False
 
 
+# A wall-clock bound: `measures` keeps it out of scripts/test.sh's four-at-once stage, where it would lose it.
+@pytest.mark.measures
 def test_a_silent_command_is_stopped_with_the_children_that_hold_its_pipes(tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     # The grandchild ignores SIGTERM and keeps stdout and stderr open, as srun waiting on a hung rank.
