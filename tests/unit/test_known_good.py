@@ -1,0 +1,138 @@
+"""Known-good scenarios (fabscope/known_good): every kind of bad input is a named error with the
+file's line, exit 2, and nothing run; baselines saved from stored runs with their fingerprint,
+listed, shown, deleted; a fingerprint that differs is said. Nothing here measures: runs are the
+saved records of tests/fixtures/records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, fabscope
+from fabscope.known_good import baseline
+from fabscope.known_good.faults import FAULTS
+from fabscope.results import load_file
+from fabscope.store import open_store
+
+RECORDS = REPO / "tests" / "fixtures" / "records"
+
+GOOD = """\
+name = "good"
+valid_for = "2h"
+
+[[checks]]
+name = "lat"
+kind = "run"
+loopback = true
+options = { backend = "tcp", op = "send", pattern = "lat", sizes = "8" }
+expect = ["p50_us <= 3.5"]
+warn = ["p99_us < 40"]
+
+[[checks]]
+name = "doc"
+kind = "doctor"
+expect = ["errors == 0"]
+"""
+
+
+def _store_with_runs(db: Path, tag: str = "gold") -> None:
+    results = load_file(RECORDS / "tcp-send-lat-with-histogram.jsonl")
+    with open_store(db) as store:
+        store.add_run("run", ["run", "--loopback"], results, tag=tag)
+        store.add_run("run", ["run", "--loopback"], results, tag=tag)
+
+
+def _scenario(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_good_scenario_validates_and_runs_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "h.db"
+    got = fabscope("check", str(_scenario(tmp_path, GOOD)), "--validate", "--store", str(db))
+    assert got.returncode == 0, got.stderr
+    assert "2 check(s), 3 expectation(s): valid; nothing was run" in got.stdout
+    assert not db.exists()  # nothing ran, nothing was kept
+
+
+@pytest.mark.parametrize(("edit", "line", "says"), [
+    (("kind = \"run\"\n", "kind = \"run\"\ncolour = \"red\"\n"), 7, "unknown key 'colour' in check 'lat'"),
+    (("valid_for = \"2h\"", "valid_for = \"2h\"\nhostz = []"), 3, "unknown key 'hostz' at the top level"),
+    (("loopback = true", "loopback = \"yes\""), 7, "loopback = 'yes' in check 'lat': expected bool"),
+    (("valid_for = \"2h\"", "valid_for = \"forever\""), 2, "valid_for = 'forever': expected a duration"),
+    (("\"p50_us <= 3.5\"", "\"bw_gbps >= 3.5\""), 9, "this check does not produce 'bw_gbps'"),
+    (("\"errors == 0\"", "\"p50_us <= 3\""), 15, "this check does not produce 'p50_us'"),
+    (("\"p50_us <= 3.5\"", "\"p50_us is small\""), 9, "'p50_us is small' is not an expectation"),
+    (("\"p50_us <= 3.5\"", "\"p50_us <= 3.5 * line_rate\""), 9, "line_rate is a bandwidth; it bounds bw_gbps only"),
+    (("kind = \"doctor\"", "kind = \"survey\""), 14, "kind = 'survey' in check 'doc': expected one of doctor, run"),
+    (("sizes = \"8\"", "sizes = \"8\", colour = \"red\""), 8, "check 'lat'"),  # an engine option run does not know
+    (("name = \"doc\"", "name = \"lat\""), 12, "two checks are named 'lat'"),
+    (("kind = \"doctor\"", "kind = \"doctor\"\nkind = \"run\""), 15, "not valid TOML"),
+])
+def test_bad_input_is_a_named_error_with_its_line(tmp_path: Path, edit: tuple[str, str], line: int, says: str) -> None:
+    text = GOOD.replace(*edit, 1)
+    assert text != GOOD
+    path = _scenario(tmp_path, text)
+    db = tmp_path / "h.db"
+    got = fabscope("check", str(path), "--store", str(db))  # not --validate: nothing may run either way
+    assert got.returncode == 2, (got.stdout, got.stderr)
+    assert f"{path}:{line}:" in got.stderr and says in got.stderr, got.stderr
+    assert "nothing was run" in got.stderr and "Traceback" not in got.stderr
+    assert got.stdout == "" and not db.exists()
+
+
+def test_a_baseline_that_does_not_exist_is_named_with_its_line(tmp_path: Path) -> None:
+    db = tmp_path / "h.db"
+    _store_with_runs(db)
+    with open_store(db) as store:
+        runs_before = len(store.runs())
+    text = GOOD.replace('"p50_us <= 3.5"]', '"p50_us <= 3.5",\n  \'p50_us within 5 % of baseline "golden-2026-12"\']')
+    path = _scenario(tmp_path, text)
+    got = fabscope("check", str(path), "--store", str(db))
+    assert got.returncode == 2
+    assert f"{path}:10: no baseline 'golden-2026-12'" in got.stderr and "nothing was run" in got.stderr
+    with open_store(db) as store:
+        assert len(store.runs()) == runs_before  # no check ran
+    missing = fabscope("check", str(path), "--store", str(tmp_path / "none.db"))
+    assert missing.returncode == 2 and f"{path}:10: baseline 'golden-2026-12': no history store" in missing.stderr
+
+
+def test_a_baseline_keeps_its_runs_and_fingerprint(tmp_path: Path) -> None:
+    db = tmp_path / "h.db"
+    _store_with_runs(db)
+    saved = fabscope("baseline", "save", "golden", "--tag", "gold", "--store", str(db))
+    assert saved.returncode == 0, saved.stderr
+    assert "2 run(s) (1, 2)" in saved.stdout
+    again = fabscope("baseline", "save", "golden", "--tag", "gold", "--store", str(db))
+    assert again.returncode == 2 and "baseline 'golden' exists" in again.stderr
+    shown = fabscope("baseline", "show", "golden", "--store", str(db), "--format", "json")
+    got = json.loads(shown.stdout)
+    assert got["run_ids"] == [1, 2] and got["selection"] == "tag=gold"
+    fp = got["fingerprint"]
+    assert fp["kernel"] == baseline.this_kernel() and fp["engine"] and fp["fabscope"]
+    listed = fabscope("baseline", "list", "--store", str(db))
+    assert listed.stdout.startswith("golden\t")
+    nothing = fabscope("baseline", "save", "other", "--tag", "no-such-tag", "--store", str(db))
+    assert nothing.returncode == 2 and "no runs with results" in nothing.stderr
+    gone = fabscope("baseline", "delete", "golden", "--store", str(db))
+    assert gone.returncode == 0
+    assert "no baselines" in fabscope("baseline", "list", "--store", str(db)).stdout
+    absent = fabscope("baseline", "show", "golden", "--store", str(db))
+    assert absent.returncode == 2 and "no baseline 'golden'" in absent.stderr
+
+
+def test_a_changed_fingerprint_says_what_changed() -> None:
+    results = load_file(RECORDS / "tcp-send-lat-with-histogram.jsonl")
+    then = baseline.fingerprint(results, ["0.1.0"], "6.1.0-old")
+    now = baseline.fingerprint(results, ["0.2.0"], "6.1.0-old")
+    assert baseline.changes(then, now) == ["fabscope: 0.1.0 -> 0.2.0"]
+    assert baseline.changes(then, then) == []
+
+
+def test_fault_codes_are_documented_and_stable() -> None:
+    doc = (REPO / "docs" / "check.md").read_text()
+    for code, f in FAULTS.items():
+        assert f"`{code}`" in doc, f"{code} ({f.title}) is not in docs/check.md"
