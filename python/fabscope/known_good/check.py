@@ -181,9 +181,12 @@ def _figure(r: Result, figure: str) -> float | None:
 
 def _hosts(r: Result, check: CheckSpec) -> tuple[str, ...]:
     host, peer = r.hosts
+    host = host or socket.gethostname()
     if check.loopback:
-        return (host or socket.gethostname(),)
-    return (host or socket.gethostname(), peer or str(check.peer).rsplit(":", 1)[0])
+        return (host,)
+    # The peer as the scenario names it when its engine's host name does not tell the two ends
+    # apart (namespaces and containers share one host name).
+    return (host, peer if peer and peer != host else str(check.peer).rsplit(":", 1)[0])
 
 
 def _absolute_code(e: Expectation) -> str:
