@@ -632,6 +632,12 @@ def _fill_check(c: Parser, _with_engine: bool) -> None:
     fill_check_parser(c)
 
 
+def _fill_health(hp: Parser, _with_engine: bool) -> None:
+    from .known_good.health import fill_health_parser
+
+    fill_health_parser(hp)
+
+
 def _fill_baseline(b: Parser, _with_engine: bool) -> None:
     from .known_good.baseline import fill_baseline_parser
 
@@ -687,6 +693,8 @@ SUBCOMMANDS: tuple[tuple[str, str, Callable[[Parser, bool], None]], ...] = (
               "codes, the defective nodes and links (docs/check.md)", _fill_check),
     ("baseline", "named baselines from runs in the history, with their configuration's fingerprint: save, list, "
                  "show, delete", _fill_baseline),
+    ("health", "the quick per-node health check for the scheduler (Slurm HealthCheckProgram, prolog): doctor, "
+               "ports against a baseline, moved error counters; --drain / --undrain", _fill_health),
 )
 
 

@@ -22,10 +22,33 @@ FINGERPRINT_KEYS = ("fw_ver", "driver", "mtu", "active_mtu", "mss", "ucx_version
                     "mpi_library", "provider", "provider_version", "device", "transports")
 
 
-def fingerprint(results: Iterable[Result], fabscope_versions: Iterable[str], kernel: str) -> dict[str, str]:
-    """What the runs were made on: fabscope and engine versions, the kernel, and every
-    FINGERPRINT_KEYS value of the records' transport reports (each key: all values seen)."""
+def port_facts(sysfs_root: str | None = None) -> dict[str, str]:
+    """This host's ports as sysfs shows them (devices.py): each netdev's (not loopback) state,
+    speed and MTU, each RDMA port's state, rate and active MTU, as ``port.NAME.FACT`` keys."""
+    from ..devices import discover
+
+    inv = discover(sysfs_root)
+    out: dict[str, str] = {}
+    for n in inv.netdevs:
+        if n.kind == "loopback":
+            continue
+        out.update({f"port.{n.name}.state": str(n.operstate), f"port.{n.name}.speed_mbps": str(n.speed_mbps),
+                    f"port.{n.name}.mtu": str(n.mtu)})
+    for d in inv.rdma_devices:
+        for p in d.ports:
+            name = f"port.{d.name}/{p.num}"
+            out.update({f"{name}.state": str(p.state), f"{name}.rate_gbps": str(p.rate_gbps),
+                        f"{name}.mtu": str(p.active_mtu)})
+    return out
+
+
+def fingerprint(results: Iterable[Result], fabscope_versions: Iterable[str], kernel: str,
+                ports: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What the runs were made on: fabscope and engine versions, the kernel, every
+    FINGERPRINT_KEYS value of the records' transport reports (each key: all values seen), and
+    ``ports`` (port_facts of the host that saved or checks it)."""
     found: dict[str, set[str]] = {"fabscope": set(fabscope_versions), "kernel": {kernel}}
+    found.update({k: {v} for k, v in (ports or {}).items()})
     for r in results:
         found.setdefault("engine", set()).add(r.version)
         for side, report in (("local", r.transport.local), ("peer", r.transport.peer or {})):
@@ -94,7 +117,7 @@ def _save(ns: argparse.Namespace) -> int:
         results = store.results(ids)
         if not results:
             raise FabscopeError(f"baseline save: runs {ids} hold no results", EXIT_USAGE)
-        fp = fingerprint(results, [i.fabscope_version for i in infos], this_kernel())
+        fp = fingerprint(results, [i.fabscope_version for i in infos], this_kernel(), port_facts())
         store.save_baseline(ns.name, ids, fp, selection)
     print(f"baseline {ns.name}: {len(ids)} run(s) ({', '.join(map(str, ids))}), {len(results)} result(s), "
           f"kept in {store.path}")

@@ -242,7 +242,8 @@ def _judge_relative(check: CheckSpec, e: Expectation, runs: list[list[Result]], 
         base_runs = baselines.runs_of(store, base)
     rows = compare(Side(f"baseline {e.rule.baseline}", base_runs), Side(check.name, runs),
                    Rule(threshold=e.rule.percent / 100.0))
-    now = baselines.fingerprint([r for run in runs for r in run], [__version__], baselines.this_kernel())
+    now = baselines.fingerprint([r for run in runs for r in run], [__version__], baselines.this_kernel(),
+                                baselines.port_facts())
     changed = baselines.changes(base["fingerprint"], now)
     differs = f"; the baseline was made on another configuration ({'; '.join(changed)})" if changed else ""
     hosts_of = {(_case(r)): _hosts(r, check) for run in runs for r in run}
