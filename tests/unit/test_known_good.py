@@ -136,3 +136,32 @@ def test_fault_codes_are_documented_and_stable() -> None:
     doc = (REPO / "docs" / "check.md").read_text()
     for code, f in FAULTS.items():
         assert f"`{code}`" in doc, f"{code} ({f.title}) is not in docs/check.md"
+
+
+def test_the_exporter_shows_each_nodes_last_status_codes_and_age(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from conftest import engine_bin
+    from fabscope import exporter
+    from fabscope.known_good import status
+    from fabscope.known_good.check import Judgement
+
+    monkeypatch.setenv("FABSCOPE_KNOWN_GOOD", str(tmp_path / "known-good.json"))
+    made = datetime.now(UTC) - timedelta(hours=2)
+    stamp = {"made_at": made.isoformat(timespec="seconds"),
+             "valid_until": (made + timedelta(hours=1)).isoformat(timespec="seconds")}
+    status.record([Judgement("health", "port fabric0", "mtu", "fail", "FS-MTU-001", None, None, "1400", "", ("n2",),
+                             **stamp),
+                   Judgement("health", "doctor", "no errors", "pass", None, None, None, "", "", ("n2",), **stamp),
+                   Judgement("health", "doctor", "no errors", "pass", None, None, None, "", "", ("n1",), **stamp)],
+                  "health", "n0")
+    collector = exporter.FabscopeCollector(engine_bin(), sysfs_root=str(REPO / "tests" / "fixtures" / "mlx5-pma-counters"))
+    text = exporter.render(collector).decode()
+    assert 'fabscope_check_status{check="health",node="n2",scenario="health"} 3.0' in text
+    assert 'fabscope_check_status{check="health",node="n1",scenario="health"} 0.0' in text
+    assert 'fabscope_check_fault{check="health",code="FS-MTU-001",node="n2",scenario="health"} 1.0' in text
+    assert 'fabscope_check_expired{check="health",node="n2",scenario="health"} 1.0' in text
+    age = next(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith('fabscope_check_age_seconds{check="health",node="n1"'))
+    assert 7100 < age < 7300

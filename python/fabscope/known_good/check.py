@@ -427,6 +427,9 @@ def check_main(ns: argparse.Namespace) -> int:
         print(f"{scenario.path}: {len(scenario.checks)} check(s), {n} expectation(s): valid; nothing was run")
         return EXIT_OK
     outcome = run_scenario(scenario, ns.store, ns.no_store, ns.tag)
+    from .status import record
+
+    record(outcome.judgements, scenario.name, socket.gethostname())
     if ns.junit:
         write_junit(outcome, Path(ns.junit))
     if ns.format == "json":

@@ -203,6 +203,9 @@ def health_main(ns: argparse.Namespace) -> int:
     out = judge(ns)
     worst = STATUS_ORDER[max((STATUS_ORDER.index(j.status) for j in out), default=0)]
     action = _act(ns, worst, out)
+    from .status import record
+
+    record(out, "health", _node(ns))
     if ns.format == "json":
         from dataclasses import asdict
 
