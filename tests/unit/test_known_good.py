@@ -165,3 +165,41 @@ def test_the_exporter_shows_each_nodes_last_status_codes_and_age(tmp_path: Path,
     age = next(float(line.split()[-1]) for line in text.splitlines()
                if line.startswith('fabscope_check_age_seconds{check="health",node="n1"'))
     assert 7100 < age < 7300
+
+
+@pytest.mark.parametrize("name", ["tcp-cluster", "roce-cluster", "ib-cluster"])
+def test_shipped_scenarios_read_and_state_the_pitfalls(name: str) -> None:
+    """Each shipped scenario reads (keys, types, figures, doctor checks); its pitfalls are stated as
+    expectations (memlock, MTU, GID index, UCX_NET_DEVICES, NUMA); every line of it is explained."""
+    from fabscope.known_good.scenario import load
+
+    path = REPO / "examples" / "known-good" / f"{name}.toml"
+    s = load(path)
+    doctor = {n for c in s.checks if c.kind == "doctor" for n in c.only}
+    runs = [c for c in s.checks if c.kind == "run"]
+    assert runs and all(c.options.get("cpu") == "near" for c in runs)  # NUMA placement asked for by name
+    assert all(c.options.get("device") for c in runs)  # a named device: no silent fallback
+    if name != "tcp-cluster":
+        assert {"memlock.shell", "memlock.noninteractive", "ports.mtu", "ucx", "cpu.numa"} <= doctor
+        assert any(c.options.get("mtu") == "4096" for c in runs)
+    if name == "roce-cluster":
+        assert "gid.roce_v2" in doctor and any(c.options.get("gid-index") for c in runs)
+        assert any(c.options.get("backend") == "ucx" for c in runs)
+    for block in path.read_text().split("\n\n"):  # explained: a comment opens the block, or ends each line
+        lines = [ln for ln in block.splitlines() if ln.strip()]
+        assert lines[0].startswith("#") or all("#" in ln for ln in lines), block
+
+
+def test_a_shipped_scenario_is_validated_against_this_host(tmp_path: Path) -> None:
+    """--validate runs `fabscope run`'s own checks: the RDMA device of the RoCE scenario does not
+    exist here, which is an error naming the scenario's line, never a fallback."""
+    path = REPO / "examples" / "known-good" / "roce-cluster.toml"
+    got = fabscope("check", str(path), "--validate", "--store", str(tmp_path / "h.db"))
+    line = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if ln.startswith("options = { backend = \"verbs\""))
+    assert got.returncode == 2 and f"{path}:{line}: check 'verbs-latency': --backend verbs" in got.stderr, got.stderr
+
+
+def test_an_unknown_doctor_check_is_named(tmp_path: Path) -> None:
+    path = _scenario(tmp_path, GOOD.replace('kind = "doctor"', 'kind = "doctor"\nonly = ["memlock", "memlok"]'))
+    got = fabscope("check", str(path), "--validate")
+    assert got.returncode == 2 and f"{path}:15: only: 'memlok' in check 'doc' is not a doctor check" in got.stderr

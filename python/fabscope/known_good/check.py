@@ -322,7 +322,7 @@ def _doctor_check(check: CheckSpec) -> list[Judgement]:
     from ..devices import sysfs_root_from_env
     from ..doctor import Context, run_doctor
 
-    report = run_doctor(Context(sysfs_root=sysfs_root_from_env(None)))
+    report = run_doctor(Context(sysfs_root=sysfs_root_from_env(None)), list(check.only) or None)
     counts = report.counts()
     figures = {"errors": counts.get("error", 0), "warnings": counts.get("warning", 0)}
     host = report.host

@@ -51,6 +51,7 @@ CHECK_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "peer": (str, "run: HOST[:PORT] of a `fabscope serve`"),
     "repeat": (int, "run: how many runs (1 to 20)"),
     "options": (dict, "run: engine options, e.g. { backend = \"tcp\", sizes = \"8\" }"),
+    "only": (list, "doctor: only these doctor checks or areas (memlock, ports.mtu, gid, ucx, cpu.numa, ...)"),
     "expect": (list, "expectations whose violation fails"),
     "warn": (list, "expectations whose violation warns"),
 }
@@ -67,6 +68,7 @@ class CheckSpec:
     options: dict[str, str] = field(default_factory=dict)
     expectations: tuple[Expectation, ...] = ()
     options_line: int = 0  # where the options are (an option `fabscope run` refuses points there)
+    only: tuple[str, ...] = ()  # doctor: the doctor checks to run (names), none = all
 
     def figures(self) -> dict[str, str]:
         return figures_of(self.kind, self.options)
@@ -234,6 +236,9 @@ def _check(path: Path, index: int, raw: Any, where: _Lines) -> CheckSpec:
         extra = [k for k in ("loopback", "peer", "repeat", "options") if k in raw]
         if extra:
             raise _err(path, where.key(extra[0], index), f"{extra[0]} {label}: applies only to kind = \"run\"")
+    only = _doctor_checks(path, where.key("only", index), label, raw.get("only", [])) if kind == "doctor" else ()
+    if kind != "doctor" and "only" in raw:
+        raise _err(path, where.key("only", index), f"only {label}: applies only to kind = \"doctor\"")
     figures = figures_of(kind, options)
     exps: list[Expectation] = []
     for level in ("expect", "warn"):
@@ -246,4 +251,18 @@ def _check(path: Path, index: int, raw: Any, where: _Lines) -> CheckSpec:
             except ExpectationError as exc:
                 raise _err(path, at, f"{exc} ({label})") from exc
     return CheckSpec(str(raw["name"]), kind, line, loopback, peer, int(repeat), options, tuple(exps),
-                     where.key("options", index) if "options" in raw else line)
+                     where.key("options", index) if "options" in raw else line, only)
+
+
+def _doctor_checks(path: Path, line: int, label: str, only: list[Any]) -> tuple[str, ...]:
+    """The doctor check names a doctor check's `only` stands for (a name, or an area: all of it)."""
+    from ..doctor import core  # the package registers every check
+
+    names: list[str] = []
+    for item in only:
+        got = [n for n, c in core.CHECKS.items() if item in (n, c.area)] if isinstance(item, str) else []
+        if not got:
+            known = sorted({*core.CHECKS, *(c.area for c in core.CHECKS.values())})
+            raise _err(path, line, f"only: {item!r} {label} is not a doctor check or area (known: {', '.join(known)})")
+        names += [n for n in got if n not in names]
+    return tuple(names)
