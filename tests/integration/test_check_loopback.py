@@ -1,7 +1,8 @@
 """`fabscope check` on loopback, real runs: a violated `warn` warns, a bound against a line rate the
 device does not have is inconclusive (FS-FIG-002, never a pass), the exit status says the worst
 (10: inconclusive, nothing failed), and the JUnit XML reads in a JUnit parser and in ElementTree
-with the inconclusive call as <skipped> and the warning in <system-out>."""
+with the inconclusive call as <skipped> and the warning in <system-out>; the HTML report (strict
+html5lib parse) opens with the check's section, then the runs' charts."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import html5lib
 import junitparser
 
 from conftest import fabscope
@@ -38,7 +40,9 @@ def test_warn_inconclusive_and_junit(tmp_path: Path) -> None:
     scenario = tmp_path / "s.toml"
     scenario.write_text(SCENARIO)
     junit = tmp_path / "out.xml"
-    got = fabscope("check", str(scenario), "--no-store", "--format", "json", "--junit", str(junit), timeout=240)
+    page = tmp_path / "report.html"
+    got = fabscope("check", str(scenario), "--no-store", "--format", "json", "--junit", str(junit), "--html", str(page),
+                   timeout=240)
     assert got.returncode == 10, got.stdout + got.stderr
     out = json.loads(got.stdout)
     status = {(j["check"], j["expectation"]): (j["status"], j["code"]) for j in out["judgements"]}
@@ -58,3 +62,9 @@ def test_warn_inconclusive_and_junit(tmp_path: Path) -> None:
     assert "WARN FS-LAT-001" in str(cases["tcp send lat 8 B: p50_us <= 1e-6"].system_out)
     root = ET.parse(junit).getroot()
     assert root.tag == "testsuites" and [s.get("name") for s in root] == ["lat", "bw"]
+
+    text = page.read_text()
+    html5lib.HTMLParser(strict=True).parse(text)  # raises on any parse error
+    section = text.split("<h2>Known-good check: loopback</h2>", 1)[1]
+    assert "FS-FIG-002" in section and "FS-LAT-001" in section and "defective nodes: none" in section
+    assert "<svg" in section and section.index("defective links") < section.index("<svg")  # then the runs' charts

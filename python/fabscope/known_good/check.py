@@ -59,6 +59,7 @@ class Judgement:
 class Outcome:
     scenario: Scenario
     judgements: list[Judgement] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)  # every record the run checks measured
     made_at: str = ""
     valid_until: str = ""
 
@@ -295,8 +296,9 @@ def _judge_path(check: CheckSpec, runs: list[list[Result]]) -> list[Judgement]:
     return out
 
 
-def _run_check(check: CheckSpec, store_args: list[str], store_path: str | None) -> list[Judgement]:
-    runs: list[list[Result]] = []
+def _run_check(check: CheckSpec, store_args: list[str], store_path: str | None,
+               runs: list[list[Result]]) -> list[Judgement]:
+    """Run the check (its runs are appended to ``runs`` as they come) and judge it."""
     for _ in range(check.repeat):
         got = _run_once(check, store_args)
         if got.results:
@@ -351,7 +353,9 @@ def run_scenario(scenario: Scenario, store_path: str | None, no_store: bool, tag
     store_args = ["--no-store"] if no_store else [*(["--store", store_path] if store_path else []),
                                                    *(["--tag", tag] if tag else [])]
     for check in scenario.checks:
-        got = _doctor_check(check) if check.kind == "doctor" else _run_check(check, store_args, store_path)
+        runs: list[list[Result]] = []
+        got = _doctor_check(check) if check.kind == "doctor" else _run_check(check, store_args, store_path, runs)
+        outcome.results += [r for run in runs for r in run]
         for j in got:
             j.made_at, j.valid_until = outcome.made_at, outcome.valid_until
         outcome.judgements += got
@@ -432,6 +436,10 @@ def check_main(ns: argparse.Namespace) -> int:
     record(outcome.judgements, scenario.name, socket.gethostname())
     if ns.junit:
         write_junit(outcome, Path(ns.junit))
+    if ns.html:
+        from .html import render
+
+        Path(ns.html).write_text(render(outcome))
     if ns.format == "json":
         sys.stdout.write(json.dumps(outcome.to_json()) + "\n")
     else:
@@ -447,6 +455,8 @@ def fill_check_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE", type=argtypes.existing_file, help="the scenario (TOML; docs/check.md)")
     p.add_argument("--validate", action="store_true", help="read and check the scenario; run nothing")
     p.add_argument("--junit", metavar="PATH", default=None, help="also write JUnit XML (what CI servers read)")
+    p.add_argument("--html", metavar="PATH", default=None,
+                   help="also write the HTML report: the judgements, then the runs' charts and tables")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--store", metavar="PATH", default=None, help="history file: baselines, and where runs are kept")
     p.add_argument("--no-store", action="store_true", help="do not keep the check's runs in the history")
