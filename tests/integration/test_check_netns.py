@@ -1,11 +1,13 @@
 """`fabscope check` on the netns testbed: a scenario with absolute and baseline expectations
 catches a slowed link (FS-BW-001, FS-BW-002) and a misroute (FS-PATH-001), each with its fault code,
-names the link, and writes JUnit XML that a JUnit parser reads. Real runs between fs-a and fs-b
+names the link, and writes JUnit XML that a JUnit parser reads; a matrix check names a slow link
+among four hosts (FS-LINK-003). Real runs between fs-a and fs-b
 against a real `fabscope serve`; the baseline is made from the scenario's own clean runs."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,8 +17,10 @@ from typing import Any
 import junitparser
 import netns_helpers as nh
 import pytest
+from mpi_marks import needs_openmpi
 from test_netns_engine import ENV, PORT, key_file, serve_in
 
+from conftest import REPO
 from fabscope.testbed import netns
 
 pytestmark = [pytest.mark.netns, nh.needs_root]
@@ -108,3 +112,46 @@ def test_a_slowed_link_and_a_misroute_are_named_with_their_fault_codes(serving: 
     assert out["defective_links"] == ["fs-a<->fs-b"] and out["defective_nodes"] == []
     assert xml.failures == len([j for j in out["judgements"] if j["status"] == "fail"])
 
+
+
+MATRIX_SCENARIO = """\
+name = "fabric-matrix"
+hosts = ["fs-a", "fs-b", "fs-c", "fs-d"]
+launcher = "mpirun"
+
+[[checks]]
+name = "matrix"
+kind = "matrix"
+expect = ["bad_links == 0", "bad_nodes == 0", "misrouted_pairs == 0", "unreachable_hosts == 0"]
+[checks.options]
+pattern = "bw"
+device = "fabric0"
+sizes = "64K"
+iters = 60
+warmup = 10
+timeout = 10
+bw-fraction = 0.5
+"""
+
+
+@needs_openmpi
+def test_a_matrix_check_names_the_slow_link(tmp_path: Path) -> None:
+    """A matrix check on four hosts, fs-a <-> fs-b slowed to a quarter: FS-LINK-003 naming that link."""
+    scenario = tmp_path / "matrix.toml"
+    scenario.write_text(MATRIX_SCENARIO)
+    with netns.session():
+        netns.up("100mbit", hosts=4)
+        try:
+            netns.shape_pair("fs-a", "fs-b", "25mbit")
+            env = dict(os.environ, PYTHONPATH=str(REPO / "python"), **netns.launcher_env())
+            got = subprocess.run([sys.executable, "-m", "fabscope", "check", str(scenario), "--no-store", "--format",
+                                  "json"], capture_output=True, text=True, timeout=400, env=env)
+        finally:
+            netns.down()
+    assert got.returncode == 11, got.stdout + got.stderr
+    out = json.loads(got.stdout)
+    failed = [(j["code"], j["nodes"]) for j in out["judgements"] if j["status"] == "fail"]
+    assert failed == [("FS-LINK-003", ["fs-a", "fs-b"])], out["judgements"]
+    assert out["defective_links"] == ["fs-a<->fs-b"] and out["defective_nodes"] == []
+    passed = {j["expectation"] for j in out["judgements"] if j["status"] == "pass"}
+    assert passed == {"bad_nodes == 0", "misrouted_pairs == 0", "unreachable_hosts == 0"}

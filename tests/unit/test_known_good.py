@@ -70,6 +70,8 @@ def test_a_good_scenario_validates_and_runs_nothing(tmp_path: Path) -> None:
     (("kind = \"doctor\"", "kind = \"survey\""), 14, "kind = 'survey' in check 'doc': expected one of doctor, run"),
     (("sizes = \"8\"", "sizes = \"8\", colour = \"red\""), 8, "check 'lat'"),  # an engine option run does not know
     (("name = \"doc\"", "name = \"lat\""), 12, "two checks are named 'lat'"),
+    (("kind = \"doctor\"\nexpect = [\"errors == 0\"]", "kind = \"matrix\"\nexpect = [\"bad_links == 0\"]"), 12,
+     "a matrix needs the scenario's hosts"),
     (("kind = \"doctor\"", "kind = \"doctor\"\nkind = \"run\""), 15, "not valid TOML"),
 ])
 def test_bad_input_is_a_named_error_with_its_line(tmp_path: Path, edit: tuple[str, str], line: int, says: str) -> None:
@@ -203,3 +205,13 @@ def test_an_unknown_doctor_check_is_named(tmp_path: Path) -> None:
     path = _scenario(tmp_path, GOOD.replace('kind = "doctor"', 'kind = "doctor"\nonly = ["memlock", "memlok"]'))
     got = fabscope("check", str(path), "--validate")
     assert got.returncode == 2 and f"{path}:15: only: 'memlok' in check 'doc' is not a doctor check" in got.stderr
+
+
+def test_a_matrix_checks_options_are_the_matrixs_own(tmp_path: Path) -> None:
+    text = GOOD.replace('valid_for = "2h"', 'valid_for = "2h"\nhosts = ["a", "b"]').replace(
+        'kind = "doctor"\nexpect = ["errors == 0"]', 'kind = "matrix"\noptions = { patern = "bw" }\nexpect = ["bad_links == 0"]')
+    path = _scenario(tmp_path, text)
+    got = fabscope("check", str(path), "--validate")
+    assert got.returncode == 2 and f"{path}:16: check 'doc': " in got.stderr and "--patern" in got.stderr, got.stderr
+    ok = _scenario(tmp_path, text.replace("patern", "pattern"))
+    assert fabscope("check", str(ok), "--validate").returncode == 0

@@ -107,11 +107,11 @@ def validate(scenario: Scenario, store_path: str | None) -> None:
     from .. import cli
 
     for c in scenario.checks:
-        if c.kind != "run":
+        if c.kind == "doctor":
             continue
-        argv = [*c.run_argv(), "--no-store"]
+        argv = [*c.run_argv(), "--no-store"] if c.kind == "run" else c.matrix_argv(scenario.hosts, scenario.launcher)
         try:
-            ns = cli.build_parser(with_engine=True, only="run").parse_args(argv)
+            ns = cli.build_parser(with_engine=True, only=argv[0]).parse_args(argv)
             ns.check(ns)
         except FabscopeError as exc:
             raise FabscopeError(f"{scenario.path}:{c.options_line}: check {c.name!r}: {exc.message}; nothing was run",
@@ -320,6 +320,54 @@ def _run_check(check: CheckSpec, store_args: list[str], store_path: str | None,
     return out
 
 
+_MATRIX = {"bad_nodes": ("node", "FS-NODE-001"), "bad_links": ("link", "FS-LINK-003"),
+           "misrouted_pairs": ("misrouted", "FS-PATH-001")}
+
+
+def _matrix_check(check: CheckSpec, scenario: Scenario, store_args: list[str]) -> list[Judgement]:
+    """`fabscope matrix` on the scenario's hosts; each violated count names its findings' hosts."""
+    from ..results.matrix import MatrixRun
+
+    argv = [*check.matrix_argv(scenario.hosts, scenario.launcher), "--format", "json", *store_args]
+    proc = subprocess.Popen([sys.executable, "-m", "fabscope", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        out, err = proc.communicate(timeout=RUN_DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    said = f"`fabscope {' '.join(argv)}` exited {proc.returncode}"
+    try:
+        doc = json.loads(out)
+        run = MatrixRun.parse(doc)
+    except ValueError:
+        last = err.strip().splitlines()[-1] if err.strip() else "no matrix printed"
+        return [Judgement(check.name, "matrix", "a matrix", "fail", "FS-RUN-001", None, None, f"{said}: {last}",
+                          fault("FS-RUN-001").fix, scenario.hosts[:1])]
+    unreachable = [str(h) for h in doc.get("unreachable", [])]
+    found = {figure: [f for f in run.findings if f.kind == kind] for figure, (kind, _) in _MATRIX.items()}
+    counts = {figure: float(len(fs)) for figure, fs in found.items()}
+    counts["unreachable_hosts"] = float(len(unreachable))
+    out_j: list[Judgement] = []
+    for e in check.expectations:
+        assert isinstance(e.rule, Absolute)  # scenario.py allows no baseline on matrix figures
+        value = counts[e.figure]
+        if e.rule.holds(value, e.rule.factor):
+            out_j.append(Judgement(check.name, "matrix", e.text, "pass", None, value, e.rule.factor,
+                                   f"{e.figure} = {value:g}", "", ()))
+            continue
+        if e.figure == "unreachable_hosts":
+            out_j += [Judgement(check.name, f"host {h}", e.text, _violated(e), "FS-LINK-001", value, e.rule.factor,
+                                f"{h}: its agent never checked in", fault("FS-LINK-001").fix, (h,))
+                      for h in unreachable]
+            continue
+        code = _MATRIX[e.figure][1]
+        out_j += [Judgement(check.name, f"{f.kind} {'<->'.join(f.hosts)}", e.text, _violated(e), code, value,
+                            e.rule.factor, f.summary, fault(code).fix, tuple(f.hosts))
+                  for f in found[e.figure]]
+    return out_j
+
+
 def _doctor_check(check: CheckSpec) -> list[Judgement]:
     from ..devices import sysfs_root_from_env
     from ..doctor import Context, run_doctor
@@ -354,7 +402,12 @@ def run_scenario(scenario: Scenario, store_path: str | None, no_store: bool, tag
                                                    *(["--tag", tag] if tag else [])]
     for check in scenario.checks:
         runs: list[list[Result]] = []
-        got = _doctor_check(check) if check.kind == "doctor" else _run_check(check, store_args, store_path, runs)
+        if check.kind == "doctor":
+            got = _doctor_check(check)
+        elif check.kind == "matrix":
+            got = _matrix_check(check, scenario, store_args)
+        else:
+            got = _run_check(check, store_args, store_path, runs)
         outcome.results += [r for run in runs for r in run]
         for j in got:
             j.made_at, j.valid_until = outcome.made_at, outcome.valid_until

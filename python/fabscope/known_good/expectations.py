@@ -14,6 +14,9 @@ RUN_LATENCY_FIGURES = {"p50_us": "median latency [us]", "p99_us": "99th percenti
                        "p999_us": "99.9th percentile latency [us]", "max_us": "largest latency [us]"}
 RUN_BANDWIDTH_FIGURES = {"bw_gbps": "receiver bandwidth [Gb/s]", "msg_rate_mpps": "message rate [Mmsg/s]"}
 DOCTOR_FIGURES = {"errors": "doctor findings of severity error", "warnings": "doctor findings of severity warning"}
+MATRIX_FIGURES = {"bad_nodes": "nodes the fabric matrix found bad", "bad_links": "links it found bad",
+                  "misrouted_pairs": "pairs whose bytes went over another device",
+                  "unreachable_hosts": "hosts whose agent never checked in"}
 # Names a bound's right-hand side may use, per figure: the run's expected ceiling.
 REFERENCES = {"line_rate": "the expected ceiling of the carrying device (link rate x wire efficiency, PCIe)"}
 # The figures a baseline can judge (compare's statistics: the median, and latency's p99 tail).

@@ -29,7 +29,7 @@ from ..errors import EXIT_USAGE, FabscopeError
 from . import expectations
 from .expectations import Expectation, ExpectationError
 
-KINDS = ("doctor", "run")
+KINDS = ("doctor", "run", "matrix")
 LAUNCHERS = ("mpirun", "srun")
 _DURATION = re.compile(r"^(\d+)([mhd])$")
 _SECONDS = {"m": 60, "h": 3600, "d": 86400}
@@ -46,11 +46,11 @@ TOP_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
 }
 CHECK_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "name": (str, "the check's name (unique)"),
-    "kind": (str, "doctor or run"),
+    "kind": (str, "doctor, run or matrix"),
     "loopback": (bool, "run: both engines on this host"),
     "peer": (str, "run: HOST[:PORT] of a `fabscope serve`"),
     "repeat": (int, "run: how many runs (1 to 20)"),
-    "options": (dict, "run: engine options, e.g. { backend = \"tcp\", sizes = \"8\" }"),
+    "options": (dict, "run, matrix: their options, e.g. { backend = \"tcp\", sizes = \"8\" }"),
     "only": (list, "doctor: only these doctor checks or areas (memlock, ports.mtu, gid, ucx, cpu.numa, ...)"),
     "expect": (list, "expectations whose violation fails"),
     "warn": (list, "expectations whose violation warns"),
@@ -72,6 +72,13 @@ class CheckSpec:
 
     def figures(self) -> dict[str, str]:
         return figures_of(self.kind, self.options)
+
+    def matrix_argv(self, hosts: tuple[str, ...], launcher: str | None) -> list[str]:
+        """`fabscope matrix`'s arguments for this check (without the format)."""
+        argv = ["matrix", "--hosts", ",".join(hosts), "--launcher", launcher or "mpirun"]
+        for key, value in self.options.items():
+            argv += [f"--{key}", value]
+        return argv
 
     def run_argv(self) -> list[str]:
         """`fabscope run`'s arguments for one run of this check (without store and format)."""
@@ -103,6 +110,8 @@ class Scenario:
 def figures_of(kind: str, options: dict[str, str]) -> dict[str, str]:
     if kind == "doctor":
         return dict(expectations.DOCTOR_FIGURES)
+    if kind == "matrix":
+        return dict(expectations.MATRIX_FIGURES)
     pattern = options.get("pattern", "lat")
     return dict(expectations.RUN_LATENCY_FIGURES if pattern == "lat" else expectations.RUN_BANDWIDTH_FIGURES)
 
@@ -177,6 +186,10 @@ def load(path: Path) -> Scenario:
     if not raw_checks:
         raise _err(path, 1, "no [[checks]]: a scenario states at least one check")
     checks = tuple(_check(path, i, c, where) for i, c in enumerate(raw_checks))
+    for c in checks:
+        if c.kind == "matrix" and len(hosts) < 2:
+            raise _err(path, c.line, f"check {c.name!r}: a matrix needs the scenario's hosts (hosts or hostfile, "
+                                     f"at least 2; got {len(hosts)})")
     seen: set[str] = set()
     for c in checks:
         if c.name in seen:
@@ -232,6 +245,10 @@ def _check(path: Path, index: int, raw: Any, where: _Lines) -> CheckSpec:
             raise _err(path, line, f"{label}: a run check says where it runs: loopback = true, or peer = \"HOST\"")
         if not 1 <= repeat <= 20:
             raise _err(path, where.key("repeat", index), f"repeat = {repeat} {label}: expected 1 to 20")
+    elif kind == "matrix":
+        extra = [k for k in ("loopback", "peer", "repeat") if k in raw]
+        if extra:
+            raise _err(path, where.key(extra[0], index), f"{extra[0]} {label}: a matrix runs on the scenario's hosts")
     else:
         extra = [k for k in ("loopback", "peer", "repeat", "options") if k in raw]
         if extra:
