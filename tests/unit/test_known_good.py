@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -215,3 +216,41 @@ def test_a_matrix_checks_options_are_the_matrixs_own(tmp_path: Path) -> None:
     assert got.returncode == 2 and f"{path}:16: check 'doc': " in got.stderr and "--patern" in got.stderr, got.stderr
     ok = _scenario(tmp_path, text.replace("patern", "pattern"))
     assert fabscope("check", str(ok), "--validate").returncode == 0
+
+
+def _slower(results: list[Any], factor: float) -> list[Any]:
+    """The same records with every latency figure (and histogram bucket) times factor: a slower run."""
+    from fabscope.results import parse_record
+
+    out = []
+    for r in results:
+        raw = json.loads(json.dumps(r.to_json()))
+        lat = raw["latency_us"]
+        for k in ("min", "p50", "mean", "p99", "p999", "max"):
+            lat[k] *= factor
+        lat.pop("histogram", None)
+        out.append(parse_record(raw, judge_path=False))
+    return out
+
+
+def test_a_baseline_call_without_evidence_is_inconclusive_never_a_pass(tmp_path: Path) -> None:
+    """One current run twice as slow as the baseline's two: beyond the tolerance, but one run is no
+    statistical evidence: inconclusive (FS-STAT-001). The baseline's kernel differs: FS-BASE-001 says so."""
+    from fabscope.known_good.check import _judge_relative
+    from fabscope.known_good.expectations import RUN_LATENCY_FIGURES, parse
+    from fabscope.known_good.scenario import CheckSpec
+
+    db = tmp_path / "h.db"
+    _store_with_runs(db)
+    results = load_file(RECORDS / "tcp-send-lat-with-histogram.jsonl")
+    fp = baseline.fingerprint(results, ["0.1.0"], "5.10.0-old-kernel", baseline.port_facts())
+    with open_store(db) as store:
+        store.save_baseline("golden", [1, 2], fp, "runs 1,2")
+    e = parse('p50_us within 5 % of baseline "golden"', "expect", 1, dict(RUN_LATENCY_FIGURES))
+    check = CheckSpec("lat", "run", 1, loopback=True, expectations=(e,))
+    got = _judge_relative(check, e, [_slower(results, 2.0)], str(db))
+    calls = [j for j in got if j.code != "FS-BASE-001"]
+    assert calls and all(j.status == "inconclusive" and j.code == "FS-STAT-001" for j in calls), calls
+    assert all("+100.0 %" in j.evidence and "one run" in j.evidence for j in calls), calls
+    (changed,) = [j for j in got if j.code == "FS-BASE-001"]
+    assert changed.status == "warn" and "kernel: 5.10.0-old-kernel -> " in changed.evidence
