@@ -52,7 +52,8 @@ expect = ["bw_gbps >= 0.001"]
 
 
 def check_in_a(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = netns.ns_exec_argv("fs-a", ["env", *(f"{k}={v}" for k, v in ENV.items()), sys.executable, "-m",
+    env = {**ENV, "XDG_STATE_HOME": os.environ["XDG_STATE_HOME"]}  # conftest's: never the real home
+    cmd = netns.ns_exec_argv("fs-a", ["env", *(f"{k}={v}" for k, v in env.items()), sys.executable, "-m",
                                       "fabscope", *args])
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 

@@ -41,8 +41,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurmbed.Clust
 
 def in_host(cluster: slurmbed.Cluster, host: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {"PYTHONPATH": str(REPO / "python"), "PATH": os.environ["PATH"], **cluster.env()}
-    if "XDG_DATA_HOME" in os.environ:
-        env["XDG_DATA_HOME"] = os.environ["XDG_DATA_HOME"]
+    for home in ("XDG_DATA_HOME", "XDG_STATE_HOME"):  # conftest's temporary ones: never the real home
+        env[home] = os.environ[home]
     argv = netns.ns_exec_argv(host, ["env", *(f"{k}={v}" for k, v in env.items()), *args])
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
