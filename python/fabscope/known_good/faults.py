@@ -42,6 +42,9 @@ FAULTS: dict[str, Fault] = {f.code: f for f in (
           "check the cable, the transceiver and the negotiated speed (`ethtool DEV`, `ibstat`)"),
     Fault("FS-PORT-001", "a port of the baseline is missing on this node",
           "load the driver or bring the device back; `fabscope devices` lists what this node has"),
+    Fault("FS-RDMA-001", "a short verbs loopback test of an RDMA device failed",
+          "the evidence has the run's own message; `fabscope run --loopback --backend verbs --device DEV` by hand, "
+          "`ibv_devinfo -v`, `fabscope doctor`"),
     Fault("FS-CNT-001", "error counters moved since the last health check",
           "look at the port's counters (`ethtool -S DEV`, hw_counters) and the link's history"),
     Fault("FS-DOC-001", "the doctor found an error", "apply the fix the doctor prints for that finding"),

@@ -1,7 +1,8 @@
 """`fabscope health`: the quick per-node pass a scheduler runs (Slurm HealthCheckProgram, prolog,
 epilog), within seconds: the doctor's checks, each port's state, speed and MTU against a baseline's
 (`--baseline NAME`, the ports of the host that saved it), error counters that moved since the last
-health check (remembered in a state file), and the judgements of `fabscope check` (pass / warn /
+health check (remembered in a state file), a short verbs loopback test of each RDMA device with an
+ACTIVE port, and the judgements of `fabscope check` (pass / warn /
 fail / inconclusive, fault codes, evidence, fix).
 
 `--drain` sets this node to DRAIN through `scontrol` when something failed, with the fault code and
@@ -91,6 +92,43 @@ def _ports(node: str, expected: dict[str, str]) -> list[Judgement]:
     return out
 
 
+# The loopback test of each RDMA device: small and short (a scheduler waits for it).
+RDMA_LOOPBACK = ("--backend", "verbs", "--op", "send", "--pattern", "lat", "--sizes", "8", "--iters", "200",
+                 "--timeout", "5")
+RDMA_LOOPBACK_DEADLINE_S = 8.0
+
+
+def _rdma_loopback(node: str) -> list[Judgement]:
+    """A short verbs ping-pong on each RDMA device with an ACTIVE port, both ends on this node."""
+    from ..devices import discover
+
+    out = []
+    for dev in discover().rdma_devices:
+        if not any(p.state and "ACTIVE" in p.state.upper() for p in dev.ports):
+            continue  # a port that is not up is the ports' judgement (against the baseline), not this one
+        argv = [sys.executable, "-m", "fabscope", "run", "--loopback", "--device", dev.name, *RDMA_LOOPBACK,
+                "--no-store", "--format", "json"]
+        try:
+            got = subprocess.run(argv, capture_output=True, text=True, timeout=RDMA_LOOPBACK_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            out.append(_j(f"rdma {dev.name}", "verbs loopback answers", "fail", "FS-RDMA-001",
+                          f"{dev.name}: no answer within {RDMA_LOOPBACK_DEADLINE_S:g} s", node))
+            continue
+        p50 = next((json.loads(ln).get("latency_us", {}).get("p50") for ln in got.stdout.splitlines()
+                    if ln.startswith("{")), None)
+        if got.returncode == 0 and p50 is not None:
+            out.append(_j(f"rdma {dev.name}", "verbs loopback answers", "pass", None,
+                          f"{dev.name}: 8 B send ping-pong p50 {p50:.3g} us", node))
+        elif got.returncode == 6:  # unsupported: a valid request this device cannot do
+            out.append(_j(f"rdma {dev.name}", "verbs loopback answers", "inconclusive", "FS-STAT-001",
+                          f"{dev.name}: {(got.stderr.strip().splitlines() or ['unsupported'])[-1]}", node))
+        else:
+            said = (got.stderr.strip().splitlines() or [f"exit {got.returncode}"])[-1]
+            out.append(_j(f"rdma {dev.name}", "verbs loopback answers", "fail", "FS-RDMA-001",
+                          f"{dev.name}: {said}", node))
+    return out
+
+
 def _error_counters() -> dict[str, int]:
     """Every error counter of every port, from the engine's counter dump (its one reader)."""
     from ..engine import engine_path
@@ -148,6 +186,7 @@ def judge(ns: argparse.Namespace) -> list[Judgement]:
             base = baselines.find(store, ns.baseline)
         out += _ports(node, base["fingerprint"])
     out += _counters(node, Path(ns.state) if ns.state else default_state_path())
+    out += _rdma_loopback(node)
     made = datetime.now(UTC)
     for j in out:
         j.made_at = made.isoformat(timespec="seconds")
