@@ -24,6 +24,11 @@ sys.path.insert(0, str(REPO / "python"))
 HISTORY_HOME = tempfile.mkdtemp(prefix="fabscope-tests-xdg-")
 os.environ["XDG_DATA_HOME"] = HISTORY_HOME
 atexit.register(shutil.rmtree, HISTORY_HOME, True)
+# `fabscope check` / `health` keep their last status and the error counters they saw under
+# $XDG_STATE_HOME (fabscope/known_good): a temporary directory too, never the real home.
+STATE_HOME = tempfile.mkdtemp(prefix="fabscope-tests-state-")
+os.environ["XDG_STATE_HOME"] = STATE_HOME
+atexit.register(shutil.rmtree, STATE_HOME, True)
 
 # Hypothesis (tests/property, tests/fuzz) keeps its example cache (.hypothesis/) under the current
 # directory by default: keep it, like everything else tests write, out of the source tree. (Here and

@@ -642,6 +642,24 @@ def _fill_doctor(sp: Parser, _with_engine: bool) -> None:
     fill_doctor_parser(sp)
 
 
+def _fill_check(c: Parser, _with_engine: bool) -> None:
+    from .known_good.check import fill_check_parser
+
+    fill_check_parser(c)
+
+
+def _fill_health(hp: Parser, _with_engine: bool) -> None:
+    from .known_good.health import fill_health_parser
+
+    fill_health_parser(hp)
+
+
+def _fill_baseline(b: Parser, _with_engine: bool) -> None:
+    from .known_good.baseline import fill_baseline_parser
+
+    fill_baseline_parser(b)
+
+
 # The testbeds: name, help line, the module whose fill_parser gives its options.
 TESTBEDS = (("netns", "N hosts as network namespaces on a fabric and a management switch", "netns"),
             ("softroce", "qemu guest(s) with a real rdma_rxe (Soft-RoCE) verbs device", "softroce"),
@@ -687,6 +705,12 @@ SUBCOMMANDS: tuple[tuple[str, str, Callable[[Parser, bool], None]], ...] = (
     ("devices", "RDMA devices, ports, GIDs and netdevs as sysfs shows them", _fill_devices),
     ("doctor", "check the configuration for known pitfalls, each with its fix", _fill_doctor),
     ("testbed", TESTBED_HELP, _fill_testbed),
+    ("check", "run a scenario file's checks and judge its expectations: pass/warn/fail/inconclusive with fault "
+              "codes, the defective nodes and links (docs/check.md)", _fill_check),
+    ("baseline", "named baselines from runs in the history, with their configuration's fingerprint: save, list, "
+                 "show, delete", _fill_baseline),
+    ("health", "the quick per-node health check for the scheduler (Slurm HealthCheckProgram, prolog): doctor, "
+               "ports against a baseline, moved error counters; --drain / --undrain", _fill_health),
 )
 
 

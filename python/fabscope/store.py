@@ -83,6 +83,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX summaries_run ON summaries(run_id)",
     ),
+    (  # named baselines (fabscope/known_good/baseline.py): the runs they stand for and their fingerprint
+        """CREATE TABLE baselines (
+            name TEXT PRIMARY KEY,
+            created_at TEXT NOT NULL,
+            run_ids TEXT NOT NULL,
+            fingerprint TEXT NOT NULL,
+            selection TEXT NOT NULL
+        )""",
+    ),
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -366,6 +375,30 @@ class Store:
         with self._write() as db:
             db.execute("INSERT INTO summaries (run_id, schema, body) VALUES (?, ?, ?)",
                        (run_id, str(summary.get("schema") or ""), json.dumps(summary, sort_keys=True)))
+
+    def save_baseline(self, name: str, run_ids: Sequence[int], fingerprint: Mapping[str, Any], selection: str) -> None:
+        """A named baseline (known_good/baseline.py); an existing name is an error, never replaced."""
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM baselines WHERE name = ?", (name,)).fetchone():
+                raise FabscopeError(f"baseline {name!r} exists in {self.path}; `fabscope baseline delete {name}` "
+                                    "first, or choose another name", EXIT_USAGE)
+            db.execute("INSERT INTO baselines (name, created_at, run_ids, fingerprint, selection) "
+                       "VALUES (?, ?, ?, ?, ?)",
+                       (name, datetime.now(UTC).isoformat(timespec="seconds"), json.dumps(list(run_ids)),
+                        json.dumps(dict(fingerprint), sort_keys=True), selection))
+
+    def baselines(self) -> list[dict[str, Any]]:
+        """Every baseline: name, created_at, run_ids, fingerprint, selection (by name)."""
+        if not self._rows("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baselines'"):
+            return []  # an older schema, opened read-only
+        return [{"name": r[0], "created_at": r[1], "run_ids": json.loads(r[2]), "fingerprint": json.loads(r[3]),
+                 "selection": r[4]}
+                for r in self._rows("SELECT name, created_at, run_ids, fingerprint, selection FROM baselines "
+                                    "ORDER BY name")]
+
+    def delete_baseline(self, name: str) -> bool:
+        with self._write() as db:
+            return db.execute("DELETE FROM baselines WHERE name = ?", (name,)).rowcount > 0
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -508,6 +508,7 @@ class FabscopeCollector(Collector):
         for f in self.results.findings():
             labels = (f.kind, ",".join(f.hosts), f.summary[:200])
             finding.append(series("fabscope_matrix_finding", ("kind", "hosts", "summary"), labels) + "1.0\n")
+        self._known_good(out)
         bad = out.lines("fabscope_exporter_results_unreadable", "gauge",
                         "1 per --results file that could not be read at this scrape (label: why)")
         for name, why in sorted(self.results.errors.items()):
@@ -518,6 +519,30 @@ class FabscopeCollector(Collector):
         if self.results.store is not None and self.results.store_error is not None:
             store.append(series("fabscope_exporter_store_unreadable", ("store", "error"),
                                 (str(self.results.store), self.results.store_error[:200])) + "1.0\n")
+
+    @staticmethod
+    def _known_good(out: Exposition) -> None:
+        """The last status of each (node, check) of `fabscope check` / `fabscope health`
+        (known_good/status.py): status, fault codes, age, expired."""
+        from datetime import UTC, datetime
+
+        from ..known_good import status
+
+        labels = ("node", "check", "scenario")
+        st = out.lines("fabscope_check_status", "gauge",
+                       "Last status of the check on the node: 0 pass, 1 warn, 2 inconclusive, 3 fail")
+        fault = out.lines("fabscope_check_fault", "gauge", "1 per fault code of the check's last status on the node")
+        age = out.lines("fabscope_check_age_seconds", "gauge", "Seconds since the check's last status was made")
+        expired = out.lines("fabscope_check_expired", "gauge",
+                            "1 when the check's last status is past its valid_until (it no longer holds)")
+        for e, seconds, gone in status.ages(status.read(), datetime.now(UTC)):
+            key = (str(e["node"]), str(e["check"]), str(e.get("scenario", "")))
+            st.append(series("fabscope_check_status", labels, key)
+                      + value_text(status.STATUS_VALUE.get(str(e["status"]), 2)) + "\n")
+            for code in e.get("codes", []):
+                fault.append(series("fabscope_check_fault", (*labels, "code"), (*key, str(code))) + "1.0\n")
+            age.append(series("fabscope_check_age_seconds", labels, key) + value_text(seconds) + "\n")
+            expired.append(series("fabscope_check_expired", labels, key) + value_text(1 if gone else 0) + "\n")
 
 
 def _net_plan(units: Mapping[str, Any], labels: tuple[str, ...], sname: str) -> _Plan:

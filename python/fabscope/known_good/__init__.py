@@ -1,0 +1,2 @@
+"""Known-good: scenario files (what a cluster should deliver), `fabscope check` (pass / warn / fail /
+inconclusive per expectation, with stable fault codes) and named baselines kept in the history."""

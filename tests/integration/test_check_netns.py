@@ -1,0 +1,158 @@
+"""`fabscope check` on the netns testbed: a scenario with absolute and baseline expectations
+catches a slowed link (FS-BW-001, FS-BW-002) and a misroute (FS-PATH-001), each with its fault code,
+names the link, and writes JUnit XML that a JUnit parser reads; a matrix check names a slow link
+among four hosts (FS-LINK-003). Real runs between fs-a and fs-b
+against a real `fabscope serve`; the baseline is made from the scenario's own clean runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import junitparser
+import netns_helpers as nh
+import pytest
+from mpi_marks import needs_openmpi
+from test_netns_engine import ENV, PORT, key_file, serve_in
+
+from conftest import REPO
+from fabscope.testbed import netns
+
+pytestmark = [pytest.mark.netns, nh.needs_root]
+
+BW_CHECK = """
+[[checks]]
+name = "fabric-bw"
+kind = "run"
+peer = "10.201.0.2:{port}"
+repeat = 2
+expect = ["bw_gbps >= 0.5"{baseline}]
+[checks.options]
+backend = "tcp"
+device = "fabric0"
+pattern = "bw"
+sizes = "64K"
+duration = 1
+warmup-time = 0.3
+key-file = "{key}"
+"""
+MISROUTE_CHECK = """
+[[checks]]
+name = "bound-to-fabric"
+kind = "run"
+peer = "10.202.0.2:{port}"
+options = {{ backend = "tcp", bind = "10.201.0.1", pattern = "bw", sizes = "64K", iters = 500, key-file = "{key}" }}
+expect = ["bw_gbps >= 0.001"]
+"""
+
+
+def check_in_a(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**ENV, "XDG_STATE_HOME": os.environ["XDG_STATE_HOME"]}  # conftest's: never the real home
+    cmd = netns.ns_exec_argv("fs-a", ["env", *(f"{k}={v}" for k, v in env.items()), sys.executable, "-m",
+                                      "fabscope", *args])
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def serving() -> Iterator[None]:
+    for _ in nh.testbed("1gbit"):
+        server = serve_in("fs-b", "0.0.0.0")
+        try:
+            yield
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+
+
+def test_a_slowed_link_and_a_misroute_are_named_with_their_fault_codes(serving: None, tmp_path: Path) -> None:
+    db = tmp_path / "history.db"
+    clean = tmp_path / "clean.toml"
+    clean.write_text('name = "fabric"\n' + BW_CHECK.format(port=PORT, key=key_file(), baseline=""))
+    got = check_in_a("check", str(clean), "--store", str(db), "--tag", "golden-runs")
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "# defective links: none" in got.stdout
+    saved = check_in_a("baseline", "save", "golden-2026-12", "--tag", "golden-runs", "--store", str(db))
+    assert saved.returncode == 0, saved.stderr
+
+    scenario = tmp_path / "fabric.toml"
+    scenario.write_text('name = "fabric"\n'
+                        + BW_CHECK.format(port=PORT, key=key_file(),
+                                          baseline=', \'bw_gbps within 20 % of baseline "golden-2026-12"\'')
+                        + MISROUTE_CHECK.format(port=PORT, key=key_file()))
+    assert check_in_a("check", str(scenario), "--validate", "--store", str(db)).returncode == 0
+    netns.shape_pair("fs-a", "fs-b", "100mbit")  # the planted fault: one slow link
+    try:
+        junit = tmp_path / "check.xml"
+        got = check_in_a("check", str(scenario), "--store", str(db), "--format", "json", "--junit", str(junit))
+    finally:
+        netns.shape_pair("fs-a", "fs-b", None)
+    assert got.returncode == 11, got.stdout + got.stderr
+    out: dict[str, Any] = json.loads(got.stdout)
+    assert out["schema"] == "fabscope.check/1" and out["status"] == "fail"
+    assert out["made_at"] < out["valid_until"]
+    by = {(j["check"], j["code"]): j for j in out["judgements"]}
+    slow_abs = by[("fabric-bw", "FS-BW-001")]
+    assert slow_abs["status"] == "fail" and slow_abs["value"] < 0.11  # ~0.095 Gb/s through the 100mbit link
+    slow_rel = by[("fabric-bw", "FS-BW-002")]
+    assert slow_rel["status"] == "fail" and "regression" in slow_rel["evidence"]
+    misrouted = by[("bound-to-fabric", "FS-PATH-001")]
+    assert misrouted["status"] == "fail" and "mgmt0" in misrouted["evidence"]
+    assert ("bound-to-fabric", "FS-BW-001") not in by  # the misroute went over the unshaped mgmt link
+    assert not [j for j in out["judgements"] if j["status"] == "pass" and j["check"] == "fabric-bw"
+                and j["expectation"] == "bw_gbps >= 0.5"]
+
+    xml = junitparser.JUnitXml.fromfile(str(junit))
+    failures = {(suite.name, result.type) for suite in xml for case in suite for result in case.result
+                if isinstance(result, junitparser.Failure)}
+    assert {("fabric-bw", "FS-BW-001"), ("fabric-bw", "FS-BW-002"), ("bound-to-fabric", "FS-PATH-001")} <= failures
+    assert out["defective_links"] == ["fs-a<->fs-b"] and out["defective_nodes"] == []
+    assert xml.failures == len([j for j in out["judgements"] if j["status"] == "fail"])
+
+
+
+MATRIX_SCENARIO = """\
+name = "fabric-matrix"
+hosts = ["fs-a", "fs-b", "fs-c", "fs-d"]
+launcher = "mpirun"
+
+[[checks]]
+name = "matrix"
+kind = "matrix"
+expect = ["bad_links == 0", "bad_nodes == 0", "misrouted_pairs == 0", "unreachable_hosts == 0"]
+[checks.options]
+pattern = "bw"
+device = "fabric0"
+sizes = "64K"
+iters = 60
+warmup = 10
+timeout = 10
+bw-fraction = 0.5
+"""
+
+
+@needs_openmpi
+def test_a_matrix_check_names_the_slow_link(tmp_path: Path) -> None:
+    """A matrix check on four hosts, fs-a <-> fs-b slowed to a quarter: FS-LINK-003 naming that link."""
+    scenario = tmp_path / "matrix.toml"
+    scenario.write_text(MATRIX_SCENARIO)
+    with netns.session():
+        netns.up("100mbit", hosts=4)
+        try:
+            netns.shape_pair("fs-a", "fs-b", "25mbit")
+            env = dict(os.environ, PYTHONPATH=str(REPO / "python"), **netns.launcher_env())
+            got = subprocess.run([sys.executable, "-m", "fabscope", "check", str(scenario), "--no-store", "--format",
+                                  "json"], capture_output=True, text=True, timeout=400, env=env)
+        finally:
+            netns.down()
+    assert got.returncode == 11, got.stdout + got.stderr
+    out = json.loads(got.stdout)
+    failed = [(j["code"], j["nodes"]) for j in out["judgements"] if j["status"] == "fail"]
+    assert failed == [("FS-LINK-003", ["fs-a", "fs-b"])], out["judgements"]
+    assert out["defective_links"] == ["fs-a<->fs-b"] and out["defective_nodes"] == []
+    passed = {j["expectation"] for j in out["judgements"] if j["status"] == "pass"}
+    assert passed == {"bad_nodes == 0", "misrouted_pairs == 0", "unreachable_hosts == 0"}
