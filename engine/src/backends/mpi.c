@@ -554,6 +554,6 @@ const struct fs_backend_ops fs_backend_mpi = {
     .name = "mpi",
     .summary = "MPI point-to-point (Isend/Irecv) under mpirun/srun; reports pml/btl/mtl or device",
     .ops = FS_BIT(FS_OP_SEND),
-    .patterns = FS_PATTERNS_ALL,
+    .patterns = FS_PATTERNS_ALL | FS_PATTERNS_COLLECTIVE, /* collectives: mpi_coll.c */
     FS_BACKEND_HOOKS(mpi),
 };
