@@ -8,6 +8,7 @@ EXIT_PEER = 3
 EXIT_MEASURE = 4
 EXIT_MISROUTED = 5
 EXIT_UNSUPPORTED = 6
+EXIT_WRONG_DATA = 11  # a collective's result differs from what the operation must give (engine's FS_EXIT_WRONG_DATA)
 
 
 class FabscopeError(Exception):

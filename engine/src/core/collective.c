@@ -37,6 +37,21 @@ int fs_collective_check(const struct fs_spec *spec, enum fs_pattern pat, struct 
                            given, name);
         return 0;
     }
+    if (spec->datatype[0]) {
+        int known = 0;
+        for (int i = 0; i < FS_DT_COUNT; i++)
+            known |= strcmp(spec->datatype, fs_dtype_names[i]) == 0;
+        if (!known)
+            return fs_fail(err, FS_EXIT_USAGE,
+                           "--datatype %s: not a datatype the collectives have; use int32, float32 "
+                           "or float64",
+                           spec->datatype);
+    }
+    if (spec->reduce_op[0] && strcmp(spec->reduce_op, "sum") != 0)
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "--reduce-op %s: the mpi backend's collectives reduce with sum only; use "
+                       "--reduce-op sum (or leave it out)",
+                       spec->reduce_op);
     if (spec->in_place && (pat == FS_PAT_BCAST || pat == FS_PAT_BARRIER))
         return fs_fail(err, FS_EXIT_USAGE,
                        "--in-place: %s has no separate send and receive buffers (MPI_IN_PLACE "

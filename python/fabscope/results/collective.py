@@ -1,0 +1,143 @@
+"""``fabscope.collective/1``: one size of a collective (allreduce, reduce_scatter, allgather,
+alltoall, bcast, barrier) across the ranks of an MPI job, as the MPI engine prints it, typed.
+
+The engine times; this module derives the figures once: the time of one collective is the slowest
+rank's (the engine reduced every iteration across ranks); algbw = size / time; busbw = algbw x
+nccl-tests' factor for the operation (its doc/PERFORMANCE.md), so that the figure compares with a
+link's rate whatever the operation and the number of ranks."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import RecordError
+
+COLLECTIVE_SCHEMA = "fabscope.collective/1"
+
+# busbw = algbw x factor(n): what each rank's link must carry for the operation, per byte of the
+# size (nccl-tests: allreduce 2(n-1)/n; reduce_scatter, allgather, alltoall (n-1)/n; bcast 1).
+BUS_FACTORS: Mapping[str, Callable[[int], float]] = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "bcast": lambda n: 1.0,
+}
+COLLECTIVE_PATTERNS = (*BUS_FACTORS, "barrier")
+
+
+def is_collective(pattern: str) -> bool:
+    return pattern in COLLECTIVE_PATTERNS
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Order statistics over the iterations, nanoseconds."""
+
+    min: float
+    p50: float
+    mean: float
+    p99: float
+    max: float
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    pattern: str
+    ranks: int
+    size: int  # bytes: the whole result of allreduce/bcast, the send buffer of reduce_scatter/alltoall,
+    #            the receive buffer of allgather (nccl-tests' convention)
+    datatype: str | None
+    reduce_op: str | None
+    in_place: bool
+    iterations: int
+    time_ns: Spread  # one collective: the slowest rank's time of each iteration
+    skew_ns: Spread  # slowest minus fastest rank of each iteration
+    last_rank: int  # the rank that was slowest most often
+    last_rank_times: int
+    rank_hosts: tuple[str, ...]
+    library: str
+    verified: bool
+    raw: Mapping[str, Any]
+
+    @property
+    def bus_factor(self) -> float | None:
+        factor = BUS_FACTORS.get(self.pattern)
+        return factor(self.ranks) if factor else None
+
+    @property
+    def algbw_gbps(self) -> float | None:
+        """Bytes of the size per second of the median collective, in Gbit/s; None for barrier."""
+        if self.pattern == "barrier" or self.time_ns.p50 <= 0:
+            return None
+        return self.size * 8 / self.time_ns.p50
+
+    @property
+    def busbw_gbps(self) -> float | None:
+        alg, factor = self.algbw_gbps, self.bus_factor
+        return None if alg is None or factor is None else alg * factor
+
+    @property
+    def last_host(self) -> str | None:
+        return self.rank_hosts[self.last_rank] if 0 <= self.last_rank < len(self.rank_hosts) else None
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.rank_hosts))
+
+    def figures(self) -> dict[str, Any]:
+        """What this module derives, added to the record as ``figures`` (JSON output)."""
+        return {"algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps, "bus_factor": self.bus_factor,
+                "last_rank_host": self.last_host}
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.raw, "figures": self.figures()}
+
+
+def _number(obj: Mapping[str, Any], key: str, where: str = "") -> float:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RecordError(f"{where}{key}", f"must be a finite number, not {value!r}", "collective record")
+    return float(value)
+
+
+def _spread(obj: Mapping[str, Any], key: str) -> Spread:
+    inner = obj.get(key)
+    if not isinstance(inner, dict):
+        raise RecordError(key, "must be an object", "collective record")
+    return Spread(*(_number(inner, k, f"{key}.") for k in ("min", "p50", "mean", "p99", "max")))
+
+
+def parse_collective(obj: Mapping[str, Any]) -> CollectiveResult:
+    """A ``fabscope.collective/1`` record, checked: RecordError naming the field otherwise."""
+    if obj.get("schema") != COLLECTIVE_SCHEMA:
+        raise RecordError("schema", f"must be {COLLECTIVE_SCHEMA}, not {obj.get('schema')!r}", "collective record")
+    pattern = obj.get("pattern")
+    if pattern not in COLLECTIVE_PATTERNS:
+        raise RecordError("pattern", f"must be one of {', '.join(COLLECTIVE_PATTERNS)}, not {pattern!r}",
+                          "collective record")
+    ranks = int(_number(obj, "ranks"))
+    if ranks < 2:
+        raise RecordError("ranks", f"must be at least 2, not {ranks}", "collective record")
+    last = obj.get("last_rank")
+    hosts = obj.get("rank_hosts")
+    if not isinstance(last, dict) or not isinstance(hosts, list) or len(hosts) != ranks:
+        raise RecordError("rank_hosts", "must list one host per rank (and last_rank be an object)",
+                          "collective record")
+    verified = obj.get("verified")
+    transport = obj.get("transport")
+    return CollectiveResult(
+        pattern=str(pattern), ranks=ranks, size=int(_number(obj, "size")),
+        datatype=obj.get("datatype") if isinstance(obj.get("datatype"), str) else None,
+        reduce_op=obj.get("reduce_op") if isinstance(obj.get("reduce_op"), str) else None,
+        in_place=obj.get("in_place") is True, iterations=int(_number(obj, "iterations")),
+        time_ns=_spread(obj, "time_ns"), skew_ns=_spread(obj, "skew_ns"),
+        last_rank=int(_number(last, "rank", "last_rank.")), last_rank_times=int(_number(last, "times", "last_rank.")),
+        rank_hosts=tuple(str(h) for h in hosts),
+        library=str(transport.get("library", "")) if isinstance(transport, dict) else "",
+        verified=isinstance(verified, dict) and verified.get("ok") is True,
+        raw=dict(obj),
+    )
