@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .errors import EXIT_MEASURE, EXIT_OK, EXIT_USAGE, FabscopeError
+from .errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_USAGE, FabscopeError
 from .results.collective import COLLECTIVE_PATTERNS, is_collective
 
 # Ranks per host when --ppn is not given: one per host across hosts, two on this host alone.
@@ -38,7 +38,8 @@ def check_collective(ns: argparse.Namespace, backend: str, pattern: str) -> None
 
 def run_collective(ns: argparse.Namespace, run_plan: object) -> int:
     """Runs the plan, prints each size as it comes (JSON lines) or the tables at the end, and
-    returns the exit code: the engine's (11 = a wrong element, named), else 0."""
+    returns the exit code: the engine's (11 = a wrong element, named), 5 when a host's requested
+    device did not carry its share (the hosts named), else 0."""
     from . import plan
     from .report.collective import RENDERERS, render_json
     from .results.collective import CollectiveResult
@@ -52,7 +53,8 @@ def run_collective(ns: argparse.Namespace, run_plan: object) -> int:
             sys.stdout.flush()
 
     outcome = plan.execute(run_plan, on_record)
-    results = [r for r in outcome.records if isinstance(r, CollectiveResult)]
+    records: list[object] = list(outcome.records)  # the runner's list holds this run's CollectiveResults
+    results = [r for r in records if isinstance(r, CollectiveResult)]
     if not streaming:
         sys.stdout.write(RENDERERS[ns.format](results))
         sys.stdout.flush()
@@ -62,4 +64,9 @@ def run_collective(ns: argparse.Namespace, run_plan: object) -> int:
         kept = f" ({len(results)} size(s) measured before that are shown above)" if results else ""
         print(f"fabscope: {outcome.error}{kept}", file=sys.stderr)
         return outcome.exit_code or EXIT_MEASURE
+    misrouted = sorted({h for r in results for h in r.misrouted_hosts})
+    if misrouted:
+        print(f"fabscope: misrouted: the requested device did not carry the bytes the collective must move on "
+              f"{', '.join(misrouted)} (see the path lines / the record's path.hosts)", file=sys.stderr)
+        return EXIT_MISROUTED
     return EXIT_OK

@@ -17,6 +17,7 @@
 
 #include "../core/clock.h"
 #include "../core/collective.h"
+#include "../core/counters.h"
 
 /* Ranks whose sums stay exact in float32 (256 x 65,521 < 2^24). */
 #define COLL_MAX_EXACT_RANKS 256
@@ -31,6 +32,10 @@ struct coll {
     int block;      /* elements per rank's block (reduce_scatter, allgather, alltoall) */
     void *sbuf, *rbuf;
     char (*hosts)[MPI_MAX_PROCESSOR_NAME];
+    /* The first rank of each host reads that host's counters around the measured phase, for the
+     * front end's path verdict per host (results/collective.py). */
+    int host_leader;
+    struct fs_cnt_snap *before, *after;
 };
 
 static double value(int rank, uint64_t element)
@@ -252,15 +257,17 @@ static int agree(int rank, int nranks, struct fs_err *err)
 }
 
 /* Ranks sharing this rank's memory (same node), for the check that the buffers fit. */
-static int local_ranks(void)
+static int local_ranks(int *leader)
 {
     MPI_Comm node;
-    int n = 1;
+    int n = 1, me = 0;
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
         MPI_SUCCESS) {
         MPI_Comm_size(node, &n);
+        MPI_Comm_rank(node, &me);
         MPI_Comm_free(&node);
     }
+    *leader = me == 0;
     return n;
 }
 
@@ -292,7 +299,7 @@ static int plan_sizes(struct coll *c, const struct fs_spec *spec, uint64_t *max_
         if (spec->sizes.v[i] > *max_size)
             *max_size = spec->sizes.v[i];
     }
-    int here = local_ranks();
+    int here = local_ranks(&c->host_leader);
     uint64_t avail = mem_available(), need = max_bytes * (uint64_t)here;
     if (avail && need > avail)
         return fs_fail(err, FS_EXIT_USAGE,
@@ -342,6 +349,50 @@ static void add_library(cJSON *rec, const struct coll *c)
         cJSON_AddItemToArray(h, cJSON_CreateString(c->hosts[r]));
 }
 
+/* Each host leader's counters (fs_counters_json: before and after the measured phase), gathered
+ * to rank 0 as [{"rank": r, "counters": {...}}, ...]; NULL on the other ranks. */
+static cJSON *gather_counters(const struct coll *c)
+{
+    char *mine = NULL;
+    if (c->host_leader && c->before && c->after) {
+        cJSON *j = fs_counters_json(c->before, c->after);
+        mine = j ? cJSON_PrintUnformatted(j) : NULL;
+        cJSON_Delete(j);
+    }
+    int len = mine ? (int)strlen(mine) + 1 : 0;
+    int *lens = c->rank == 0 ? calloc((size_t)c->nranks, sizeof *lens) : NULL;
+    int *offs = c->rank == 0 ? calloc((size_t)c->nranks, sizeof *offs) : NULL;
+    MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    char *all = NULL;
+    if (c->rank == 0 && lens && offs) {
+        size_t total = 0;
+        for (int r = 0; r < c->nranks; r++) {
+            offs[r] = (int)total;
+            total += (size_t)lens[r];
+        }
+        all = malloc(total + 1);
+    }
+    MPI_Gatherv(mine ? mine : "", len, MPI_CHAR, all, lens, offs, MPI_CHAR, 0, MPI_COMM_WORLD);
+    cJSON *out = NULL;
+    if (c->rank == 0 && all) {
+        out = cJSON_CreateArray();
+        for (int r = 0; r < c->nranks; r++) {
+            if (!lens[r])
+                continue;
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "rank", r);
+            cJSON *snap = cJSON_Parse(all + offs[r]);
+            cJSON_AddItemToObject(e, "counters", snap ? snap : cJSON_CreateNull());
+            cJSON_AddItemToArray(out, e);
+        }
+    }
+    cJSON_free(mine);
+    free(all);
+    free(lens);
+    free(offs);
+    return out;
+}
+
 /* One size: warm-up, the measured phase, the times across ranks, the check. Rank 0 prints. */
 static int one_size(struct coll *c, const struct fs_spec *spec, uint64_t size,
                     struct fs_samples *mine, struct fs_err *err)
@@ -358,8 +409,13 @@ static int one_size(struct coll *c, const struct fs_spec *spec, uint64_t size,
     if (fs_coll_phase(&hooks, c, spec->warmup, spec->warmup_time, NULL, err))
         return -1;
     long iters = spec->duration > 0 ? 0x7fffffffL : spec->iters;
+    if (c->before)
+        fs_counters_snap(c->before, -1);
     if (fs_coll_phase(&hooks, c, iters, spec->duration, mine, err))
         return -1;
+    if (c->after)
+        fs_counters_snap(c->after, -1);
+    cJSON *counters = gather_counters(c);
     /* The check: inputs again (an in-place run overwrote them), one more collective, every
      * element of this rank's result compared with what it must be. */
     fill(c);
@@ -407,6 +463,9 @@ static int one_size(struct coll *c, const struct fs_spec *spec, uint64_t size,
             rc = fs_fail(err, FS_EXIT_MEASURE, "out of memory for the size's record");
         } else {
             add_library(rec, c);
+            cJSON_AddStringToObject(rec, "requested_device", spec->device);
+            cJSON_AddItemToObject(rec, "host_counters", counters);
+            counters = NULL;
             cJSON *v = cJSON_AddObjectToObject(rec, "verified");
             cJSON_AddNumberToObject(v, "elements_per_rank", (double)(c->pat == FS_PAT_BARRIER
                                                                          ? 0 : result_count(c)));
@@ -429,6 +488,7 @@ static int one_size(struct coll *c, const struct fs_spec *spec, uint64_t size,
                              nbad, c->nranks);
         }
     }
+    cJSON_Delete(counters);
     free(wrongs);
     free(loc);
     free(lastloc);
@@ -482,6 +542,10 @@ int fs_mpi_collective_main(const struct fs_spec *given, int rank, int nranks)
     uint64_t max_size = 0;
     if (!err.code)
         plan_sizes(&c, &spec, &max_size, &err);
+    if (!err.code && c.host_leader) {
+        c.before = malloc(sizeof *c.before);
+        c.after = malloc(sizeof *c.after);
+    }
     if (agree(rank, nranks, &err))
         goto out;
     fs_clock_begin();
@@ -505,5 +569,7 @@ out:
     free(c.sbuf);
     free(c.rbuf);
     free(c.hosts);
+    free(c.before);
+    free(c.after);
     return err.code ? report(&spec, rank, &err) : 0;
 }

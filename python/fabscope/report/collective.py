@@ -45,11 +45,28 @@ def _groups(results: Sequence[CollectiveResult]) -> list[list[CollectiveResult]]
     return list(out.values())
 
 
+def path_lines(r: CollectiveResult) -> list[str]:
+    """The path verdict of one size, said per host where it is not verified."""
+    verdict = r.path_verdict
+    if verdict == "unverified":
+        return []
+    out = [f"# path {r.size} B: {verdict} ({r.requested_device} on every host)"]
+    for p in r.host_paths():
+        if p.required_bytes and not p.verified:
+            where = ", ".join(f"{name} {moved} B" for name, moved in sorted(p.carriers.items(), key=lambda x: -x[1]))
+            out.append(f"#   {p.host}: {p.device} counted {p.counted_bytes if p.counted_bytes is not None else 'nothing'}"
+                       f" B {p.direction}, the algorithm must move at least {p.required_bytes} B there; "
+                       f"{p.direction} by device: {where or 'none'}")
+    return out
+
+
 def render_text(results: Sequence[CollectiveResult]) -> str:
     lines: list[str] = []
     for group in _groups(results):
         lines.append(_title(group[0]))
         lines += aligned(COLUMNS, [_row(r) for r in group], right=range(0, len(COLUMNS) - 2))
+        for r in group:
+            lines += path_lines(r)
     return "\n".join(lines) + "\n" if lines else ""
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .deltas import counter_deltas
 from .errors import RecordError
 
 COLLECTIVE_SCHEMA = "fabscope.collective/1"
@@ -42,6 +43,51 @@ class Spread:
     mean: float
     p99: float
     max: float
+
+
+def required_bytes(pattern: str, size: int, ranks: int, ranks_here: int, has_root: bool) -> tuple[int, str]:
+    """The bytes a host must receive (bcast's root host: send) per collective, whatever the
+    algorithm, when `ranks_here` of the job's `ranks` run on it: the data its ranks' results need
+    from the other hosts (every element of an allreduce result depends on every host's input, so at
+    least one element from outside; reduce_scatter: its ranks' blocks; allgather: the other
+    hosts' blocks; alltoall: each of its ranks' blocks from each rank elsewhere). 0 when no
+    fabric traffic is needed (every rank here, or barrier)."""
+    others = ranks - ranks_here
+    if others <= 0 or pattern == "barrier":
+        return 0, "rx"
+    block = size // ranks
+    if pattern == "allreduce":
+        return size, "rx"
+    if pattern == "reduce_scatter":
+        return ranks_here * block, "rx"
+    if pattern == "allgather":
+        return others * block, "rx"
+    if pattern == "alltoall":
+        return ranks_here * others * block, "rx"
+    return size, "tx" if has_root else "rx"  # bcast from rank 0
+
+
+@dataclass(frozen=True)
+class HostPath:
+    """One host's share of the path verdict: what the requested device counted in the measured
+    phase against what the algorithm must move there."""
+
+    host: str
+    ranks: tuple[int, ...]
+    device: str
+    direction: str  # "rx" or "tx"
+    required_bytes: int
+    counted_bytes: int | None  # None: the device was not among the host's counters
+    carriers: dict[str, int]  # every device that moved bytes in `direction`, with its bytes
+
+    @property
+    def verified(self) -> bool:
+        return self.counted_bytes is not None and self.counted_bytes >= self.required_bytes
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "ranks": list(self.ranks), "device": self.device, "direction": self.direction,
+                "required_bytes": self.required_bytes, "counted_bytes": self.counted_bytes,
+                "verdict": "verified" if self.verified else "misrouted", "carriers": self.carriers}
 
 
 @dataclass(frozen=True)
@@ -88,13 +134,68 @@ class CollectiveResult:
     def hosts(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(self.rank_hosts))
 
+    @property
+    def requested_device(self) -> str | None:
+        """--device, else the first of UCX_NET_DEVICES as the launcher gave it to the ranks (the
+        request a user makes with the environment), without a ":PORT"."""
+        device = self.raw.get("requested_device")
+        if not device:
+            transport = self.raw.get("transport")
+            launcher = transport.get("launcher") if isinstance(transport, dict) else None
+            env = launcher.get("env") if isinstance(launcher, dict) else None
+            device = str(env.get("UCX_NET_DEVICES", "")).split(",")[0] if isinstance(env, dict) else None
+        return str(device).split(":", 1)[0] if device and device != "all" else None
+
+    def host_paths(self) -> list[HostPath]:
+        """Each host's path (the hosts whose first rank read the counters), judged against the bytes
+        the algorithm must move there during the measured iterations; [] without --device."""
+        device = self.requested_device
+        entries = self.raw.get("host_counters")
+        if not device or not isinstance(entries, list):
+            return []
+        out: list[HostPath] = []
+        for entry in entries:
+            if not isinstance(entry, dict) or not isinstance(entry.get("counters"), dict):
+                continue
+            host = self.rank_hosts[int(entry.get("rank", 0))]
+            ranks = tuple(r for r, h in enumerate(self.rank_hosts) if h == host)
+            need, direction = required_bytes(self.pattern, self.size, self.ranks, len(ranks), 0 in ranks)
+            deltas = counter_deltas(entry["counters"])
+            carriers = {name: moved for name, d in deltas.items()
+                        if (moved := (d.rx_bytes if direction == "rx" else d.tx_bytes))}
+            mine = deltas.get(device)
+            counted = (mine.rx_bytes if direction == "rx" else mine.tx_bytes) if mine else None
+            out.append(HostPath(host, ranks, device, direction, need * self.iterations, counted, carriers))
+        return out
+
+    @property
+    def path_verdict(self) -> str:
+        """verified (every host's device carried its share), misrouted (a host's did not: named in
+        misrouted_hosts), or unverified (no --device asked, or no host needs the fabric)."""
+        paths = [p for p in self.host_paths() if p.required_bytes > 0]
+        if not paths:
+            return "unverified"
+        return "verified" if all(p.verified for p in paths) else "misrouted"
+
+    @property
+    def misrouted_hosts(self) -> list[str]:
+        return [p.host for p in self.host_paths() if p.required_bytes > 0 and not p.verified]
+
+    @property
+    def misrouted(self) -> bool:
+        return self.path_verdict == "misrouted"
+
     def figures(self) -> dict[str, Any]:
         """What this module derives, added to the record as ``figures`` (JSON output)."""
         return {"algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps, "bus_factor": self.bus_factor,
                 "last_rank_host": self.last_host}
 
+    def path(self) -> dict[str, Any]:
+        return {"verdict": self.path_verdict, "requested": self.requested_device,
+                "misrouted_hosts": self.misrouted_hosts, "hosts": [p.as_dict() for p in self.host_paths()]}
+
     def to_json(self) -> dict[str, Any]:
-        return {**self.raw, "figures": self.figures()}
+        return {**self.raw, "figures": self.figures(), "path": self.path()}
 
 
 def _number(obj: Mapping[str, Any], key: str, where: str = "") -> float:
