@@ -130,3 +130,25 @@ def test_ranks_of_different_versions_are_refused() -> None:
     assert out.returncode == 2, out.stderr
     assert "different fabscope versions: rank 0 runs 9.9, rank 1 runs" in out.stderr, out.stderr
     assert [r["schema"] for r in json_lines(out.stdout)] == ["fabscope.error/1"]
+
+
+@needs_openmpi
+def test_openmpi_algorithm_passes_through_and_is_recorded() -> None:
+    out = _collective("--pattern", "allreduce", "--sizes", "64K", "--mca", "coll_tuned_use_dynamic_rules=1",
+                      "--mca", "coll_tuned_allreduce_algorithm=4")
+    assert out.returncode == 0, out.stderr
+    (raw,) = json_lines(out.stdout)
+    transport = raw["transport"]
+    assert transport["launcher"]["mca"]["coll_tuned_allreduce_algorithm"] == "4"  # what was asked
+    assert transport["coll"]["coll_tuned_allreduce_algorithm"] == "4"  # what the library read
+    assert transport["selected"]["pml"] == "ob1" and transport["selected"]["btl"]["send"] == ["vader"]
+    assert raw["verified"]["ok"] is True
+
+
+@needs_mpich
+def test_mpich_reports_its_netmod_and_algorithm_setting() -> None:
+    out = _collective("--pattern", "bcast", "--sizes", "64K", mpi="mpich")
+    assert out.returncode == 0, out.stderr
+    (raw,) = json_lines(out.stdout)
+    assert raw["transport"]["selected"]["device"].startswith("ch4:")
+    assert "MPIR_CVAR_BCAST_INTRA_ALGORITHM" in raw["transport"]["coll"]

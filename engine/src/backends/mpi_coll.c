@@ -335,7 +335,7 @@ static int same_version(int rank, int nranks, struct fs_err *err)
     return rc;
 }
 
-static void add_library(cJSON *rec, const struct coll *c)
+static void add_library(cJSON *rec, const struct coll *c, uint64_t size)
 {
     char ver[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
@@ -344,6 +344,15 @@ static void add_library(cJSON *rec, const struct coll *c)
     cJSON *t = cJSON_AddObjectToObject(rec, "transport");
     cJSON_AddStringToObject(t, "kind", "mpi");
     cJSON_AddStringToObject(t, "library", ver);
+    /* Rank 0's view towards the first rank on another host (the fabric's path), else rank 1. */
+    int peer = 1;
+    for (int r = 1; r < c->nranks; r++)
+        if (strcmp(c->hosts[r], c->hosts[0]) != 0) {
+            peer = r;
+            break;
+        }
+    cJSON_AddNumberToObject(t, "described_peer", peer);
+    fs_mpi_describe_collective(peer, c->hosts[peer], fs_pattern_names[c->pat], size, t);
     cJSON *h = cJSON_AddArrayToObject(rec, "rank_hosts");
     for (int r = 0; r < c->nranks; r++)
         cJSON_AddItemToArray(h, cJSON_CreateString(c->hosts[r]));
@@ -462,7 +471,7 @@ static int one_size(struct coll *c, const struct fs_spec *spec, uint64_t size,
         if (!rec) {
             rc = fs_fail(err, FS_EXIT_MEASURE, "out of memory for the size's record");
         } else {
-            add_library(rec, c);
+            add_library(rec, c, size);
             cJSON_AddStringToObject(rec, "requested_device", spec->device);
             cJSON_AddItemToObject(rec, "host_counters", counters);
             counters = NULL;
