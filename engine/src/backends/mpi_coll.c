@@ -18,6 +18,7 @@
 #include "../core/clock.h"
 #include "../core/collective.h"
 #include "../core/counters.h"
+#include "../core/linkfacts.h"
 
 /* Ranks whose sums stay exact in float32 (256 x 65,521 < 2^24). */
 #define COLL_MAX_EXACT_RANKS 256
@@ -358,14 +359,27 @@ static void add_library(cJSON *rec, const struct coll *c, uint64_t size)
         cJSON_AddItemToArray(h, cJSON_CreateString(c->hosts[r]));
 }
 
-/* Each host leader's counters (fs_counters_json: before and after the measured phase), gathered
- * to rank 0 as [{"rank": r, "counters": {...}}, ...]; NULL on the other ranks. */
-static cJSON *gather_counters(const struct coll *c)
+/* Each host leader's counters (fs_counters_json: before and after the measured phase) and its
+ * requested netdev's rate, gathered to rank 0 as [{"rank": r, "counters": {...}, "link":
+ * {device, rate_gbps, rate_source}}, ...]; NULL on the other ranks. */
+static cJSON *gather_counters(const struct coll *c, const char *device)
 {
     char *mine = NULL;
     if (c->host_leader && c->before && c->after) {
-        cJSON *j = fs_counters_json(c->before, c->after);
-        mine = j ? cJSON_PrintUnformatted(j) : NULL;
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddItemToObject(j, "counters", fs_counters_json(c->before, c->after));
+        /* The requested netdev's rate, for the front end's ceiling (the slowest link). */
+        cJSON *link = cJSON_AddObjectToObject(j, "link");
+        char nd[64];
+        snprintf(nd, sizeof nd, "%.*s", (int)strcspn(device, ":"), device);
+        cJSON_AddStringToObject(link, "device", nd);
+        if (!nd[0])
+            fs_link_add_rate(link, 0, "no --device: no link to judge against");
+        else if (strchr(device, ':'))
+            fs_link_add_rate(link, 0, "an RDMA port: its rate is not read for collectives yet");
+        else
+            fs_link_add_netdev_rate(link, nd);
+        mine = cJSON_PrintUnformatted(j);
         cJSON_Delete(j);
     }
     int len = mine ? (int)strlen(mine) + 1 : 0;
@@ -388,10 +402,10 @@ static cJSON *gather_counters(const struct coll *c)
         for (int r = 0; r < c->nranks; r++) {
             if (!lens[r])
                 continue;
-            cJSON *e = cJSON_CreateObject();
+            cJSON *e = cJSON_Parse(all + offs[r]);
+            if (!e)
+                continue;
             cJSON_AddNumberToObject(e, "rank", r);
-            cJSON *snap = cJSON_Parse(all + offs[r]);
-            cJSON_AddItemToObject(e, "counters", snap ? snap : cJSON_CreateNull());
             cJSON_AddItemToArray(out, e);
         }
     }
@@ -424,7 +438,7 @@ static int one_size(struct coll *c, const struct fs_spec *spec, uint64_t size,
         return -1;
     if (c->after)
         fs_counters_snap(c->after, -1);
-    cJSON *counters = gather_counters(c);
+    cJSON *counters = gather_counters(c, spec->device);
     /* The check: inputs again (an in-place run overwrote them), one more collective, every
      * element of this rank's result compared with what it must be. */
     fill(c);

@@ -46,11 +46,17 @@ def _groups(results: Sequence[CollectiveResult]) -> list[list[CollectiveResult]]
 
 
 def path_lines(r: CollectiveResult) -> list[str]:
-    """The path verdict of one size, said per host where it is not verified."""
+    """The expected ceiling and the path verdict of one size, the latter said per host where it is
+    not verified."""
+    ceiling, basis = r.ceiling()
+    out = []
+    if r.pattern != "barrier" and len(r.hosts) > 1:
+        out.append(f"# expected {r.size} B: busbw up to {ceiling:.3f} Gb/s ({basis}); reached "
+                   f"{(r.fraction or 0) * 100:.1f} %" if ceiling else f"# expected {r.size} B: unknown ({basis})")
     verdict = r.path_verdict
     if verdict == "unverified":
-        return []
-    out = [f"# path {r.size} B: {verdict} ({r.requested_device} on every host)"]
+        return out
+    out.append(f"# path {r.size} B: {verdict} ({r.requested_device} on every host)")
     for p in r.host_paths():
         if p.required_bytes and not p.verified:
             where = ", ".join(f"{name} {moved} B" for name, moved in sorted(p.carriers.items(), key=lambda x: -x[1]))

@@ -168,6 +168,32 @@ class CollectiveResult:
             out.append(HostPath(host, ranks, device, direction, need * self.iterations, counted, carriers))
         return out
 
+    def ceiling(self) -> tuple[float | None, str]:
+        """The expected ceiling of busbw, Gbit/s: the slowest link in the communicator (the
+        requested device's rate on every host that read it), with what it rests on; None with why
+        when a host's rate is unknown (a virtual netdev, a driver without a speed) or no device was
+        asked. All ranks on one host need no link: None."""
+        entries = [e for e in self.raw.get("host_counters") or [] if isinstance(e, dict)]
+        links = [(self.rank_hosts[int(e.get("rank", 0))], e.get("link")) for e in entries]
+        if len(self.hosts) < 2:
+            return None, "every rank on one host: no link between them"
+        if not links:
+            return None, "no host read its link"
+        unknown = [f"{host}: {link.get('rate_source') if isinstance(link, dict) else 'not read'}"
+                   for host, link in links
+                   if not isinstance(link, dict) or not isinstance(link.get("rate_gbps"), (int, float))]
+        if unknown:
+            return None, "; ".join(unknown)
+        host, slowest = min(((h, lk) for h, lk in links if isinstance(lk, dict)), key=lambda x: float(x[1]["rate_gbps"]))
+        return float(slowest["rate_gbps"]), f"the slowest link: {slowest.get('device')} on {host} ({slowest.get('rate_source')})"
+
+    @property
+    def fraction(self) -> float | None:
+        """busbw over the expected ceiling, or None when either is unknown."""
+        ceiling, _ = self.ceiling()
+        bus = self.busbw_gbps
+        return None if ceiling is None or bus is None or ceiling <= 0 else bus / ceiling
+
     @property
     def path_verdict(self) -> str:
         """verified (every host's device carried its share), misrouted (a host's did not: named in
@@ -187,8 +213,10 @@ class CollectiveResult:
 
     def figures(self) -> dict[str, Any]:
         """What this module derives, added to the record as ``figures`` (JSON output)."""
+        ceiling, basis = self.ceiling()
         return {"algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps, "bus_factor": self.bus_factor,
-                "last_rank_host": self.last_host}
+                "last_rank_host": self.last_host, "expected_gbps": ceiling, "expected_basis": basis,
+                "fraction": self.fraction}
 
     def path(self) -> dict[str, Any]:
         return {"verdict": self.path_verdict, "requested": self.requested_device,
