@@ -23,6 +23,13 @@ def check_collective(ns: argparse.Namespace, backend: str, pattern: str) -> None
             raise FabscopeError(f"--ppn applies only to the collectives ({', '.join(COLLECTIVE_PATTERNS)}), but this "
                                 f"run is --pattern {pattern}: drop it", EXIT_USAGE)
         return
+    # What a pair run does with these that a collective does not do yet: refused, never ignored.
+    not_yet = [flag for flag, given in (("--store", ns.store), ("--tag", ns.tag), ("--capture", ns.capture),
+                                        ("--preload", ns.preload)) if given]
+    if not_yet:
+        raise FabscopeError(f"{', '.join(not_yet)}: not for the collectives yet (their results are not kept in the "
+                            f"history, and nothing is captured or preloaded); drop {'it' if len(not_yet) == 1 else 'them'}",
+                            EXIT_USAGE)
     if backend != "mpi":
         raise FabscopeError(f"--pattern {pattern} is a collective: it runs across the ranks of an MPI job, which "
                             f"only --backend mpi starts (this run is --backend {backend}); add --backend mpi",

@@ -99,6 +99,7 @@ def test_a_wrong_element_fails_the_run_naming_it(mpi: str) -> None:
     (["--pattern", "allgather", "--reduce-op", "sum"], "does not reduce"),
     (["--pattern", "lat", "--ppn", "2"], "--ppn applies only to the collectives"),
     (["--pattern", "allreduce", "--ppn", "4", "--sizes", "4G"], "MemAvailable"),
+    (["--pattern", "allreduce", "--tag", "x"], "--tag: not for the collectives yet"),
 ])
 def test_bad_input_is_a_named_usage_error(args: list[str], said: str) -> None:
     out = _collective(*args)
