@@ -153,3 +153,13 @@ def test_mpich_reports_its_netmod_and_algorithm_setting() -> None:
     (raw,) = json_lines(out.stdout)
     assert raw["transport"]["selected"]["device"].startswith("ch4:")
     assert "MPIR_CVAR_BCAST_INTRA_ALGORITHM" in raw["transport"]["coll"]
+
+
+def test_duration_runs_from_the_ranks_first_meeting() -> None:
+    """--duration ends every rank's phase at once, timed from when all ranks first met: a rank that
+    waited there for a late one (connecting, no warm-up) used to end the phase after 1 iteration."""
+    out = fabscope("run", "--backend", "mpi", "--loopback", "--pattern", "allreduce", "--sizes", "64K",
+                   "--duration", "0.3", "--warmup", "0", "--timeout", "20", "--format", "json", timeout=180)
+    assert out.returncode == 0, out.stderr
+    (raw,) = json_lines(out.stdout)
+    assert raw["iterations"] >= 10 and raw["verified"]["ok"] is True, raw["iterations"]

@@ -114,14 +114,17 @@ int fs_collective_layout(enum fs_pattern pat, enum fs_dtype dt, uint64_t size, i
 int fs_coll_phase(const struct fs_coll_hooks *h, void *ctx, long iters, double seconds,
                   struct fs_samples *out, struct fs_err *err)
 {
-    const uint64_t start = fs_now_ns();
-    const uint64_t until = seconds > 0 ? start + (uint64_t)(seconds * 1e9) : 0;
+    /* The time limit runs from the ranks' first meeting, not from each rank's own start: a rank
+     * that waited there for a late one would otherwise end the phase for all at once. */
+    uint64_t until = 0;
     for (long i = 0;; i++) {
         int stop = i >= iters || (until && fs_now_ns() >= until), all_stop = 0;
         if (h->sync(ctx, stop, &all_stop, err))
             return -1;
         if (all_stop)
             return 0;
+        if (!until && seconds > 0)
+            until = fs_now_ns() + (uint64_t)(seconds * 1e9);
         const uint64_t t0 = fs_now_ns();
         if (h->run(ctx, err))
             return -1;
