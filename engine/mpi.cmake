@@ -89,7 +89,7 @@ endif()
 get_target_property(FS_MPI_CORE_SOURCES fscore SOURCES)
 foreach(flavour IN LISTS FS_MPI_FLAVOURS)
   set(t fabscope-engine-mpi-${flavour})
-  add_executable(${t} ${FS_MPI_CORE_SOURCES} src/backends/mpi.c
+  add_executable(${t} ${FS_MPI_CORE_SOURCES} src/backends/mpi.c src/backends/mpi_coll.c
                  ${FS_MPI_${flavour}_SRCS} src/mpi/main_mpi.c)
   target_include_directories(${t} PRIVATE src/core ${BACKEND_INCLUDES})
   # MPI's headers are not ours to keep -Wextra clean.

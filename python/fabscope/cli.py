@@ -79,7 +79,12 @@ def _run(ns: argparse.Namespace) -> int:
     from . import history, plan
     from .report.render import RENDERERS
     from .results import Result
+    from .results.collective import is_collective
 
+    if is_collective(str(getattr(ns, "eng:pattern", "lat"))):
+        from .collective_cli import run_collective
+
+        return run_collective(ns, _plan(ns, None))
     key = _key(ns)
     progress = _progress(ns)
     keep = history.recorder(ns, "run")  # opened before anything runs: a bad --store fails up front
@@ -159,7 +164,7 @@ def _plan(ns: argparse.Namespace, key: Any) -> Any:
     where: plan.Where
     if getattr(ns, "eng:backend", "") == "mpi":
         where = plan.MpiLaunch(mpi=ns.mpi, launcher=ns.launcher, hosts=tuple(ns.hosts or ()),
-                               mca=tuple(ns.mca or ()), env=tuple(ns.env or ()))
+                               mca=tuple(ns.mca or ()), env=tuple(ns.env or ()), ppn=ns.ppn)
     elif ns.loopback:
         where = plan.Loopback(pin=not ns.no_pin)
     else:
@@ -281,7 +286,10 @@ def _check_run(ns: argparse.Namespace) -> None:
             "latency runs (--pattern lat: a bandwidth result has its ceiling, not a reference)",
             f"--pattern {pattern}", "")
     given_mpi = [flag for flag, value in (("--mpi", ns.mpi), ("--launcher", ns.launcher), ("--mca", ns.mca),
-                                          ("--env", ns.env), ("--hosts", ns.hosts)) if value]
+                                          ("--env", ns.env), ("--hosts", ns.hosts), ("--ppn", ns.ppn)) if value]
+    from .collective_cli import check_collective
+
+    check_collective(ns, backend, pattern)
     _check_capture_preload(ns, backend)
     if backend != "mpi":
         _refuse(given_mpi, "--backend mpi (they configure the MPI launch)", f"--backend {backend}",
@@ -475,7 +483,8 @@ def _fill_run(run: Parser, with_engine: bool) -> None:
     where.add_argument("--peer", metavar="HOST[:PORT]", type=argtypes.host_port(control.DEFAULT_PORT),
                        help=f"a host running `fabscope serve` (port {control.DEFAULT_PORT})")
     where.add_argument("--hosts", metavar="HOST1,HOST2", type=argtypes.host_list,
-                       help="--backend mpi: rank 0 on HOST1, rank 1 on HOST2, started by the launcher "
+                       help="--backend mpi: rank 0 on HOST1, rank 1 on HOST2, started by the launcher; a "
+                            "collective (--pattern allreduce, ...) takes any number of hosts, --ppn ranks on each "
                             "(for the netns testbed: eval \"$(fabscope testbed netns env)\" first)")
     run.add_argument("--format", choices=["text", "json", "csv", "md"], default="text")
     run.add_argument("--key-file", metavar="FILE", default=None,
@@ -508,6 +517,9 @@ def _fill_run(run: Parser, with_engine: bool) -> None:
                      help="Open MPI MCA parameter (repeatable; not with --mpi mpich)")
     mpi.add_argument("--env", action="append", metavar="KEY=VALUE", type=argtypes.key_value,
                      help="environment for the ranks, e.g. UCX_NET_DEVICES=eth0 (repeatable)")
+    mpi.add_argument("--ppn", metavar="N", type=argtypes.int_range(1, 256), default=None,
+                     help="collectives (--pattern allreduce, ...): ranks per host (default 1 with --hosts, 2 with "
+                          "--loopback)")
     if with_engine:
         from .engine import option_table
 

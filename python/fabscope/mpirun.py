@@ -180,6 +180,20 @@ def check_hosts(hosts: Sequence[str]) -> list[str]:
     return names
 
 
+def check_collective_hosts(hosts: Sequence[str]) -> list[str]:
+    """The hosts of a collective (`run --backend mpi --pattern allreduce --hosts H1,...,Hn`): at least
+    one, each a host name, none twice (ValueError, exit 2, otherwise). Ranks go to them in order,
+    --ppn per host."""
+    names = [h.strip() for h in hosts]
+    for h in names:
+        if not _HOST_RE.match(h):
+            raise ValueError(f"--hosts {','.join(hosts)}: {h!r} is not a host name (letters, digits, '-', '.')")
+    twice = [h for i, h in enumerate(names) if h in names[:i]]
+    if twice:
+        raise ValueError(f"--hosts {','.join(hosts)}: {twice[0]} is listed twice; use --ppn for more ranks per host")
+    return names
+
+
 @dataclass
 class DeviceMapping:
     """How `--device NAME` reaches MPI: the MCA parameters and environment variables that restrict
@@ -260,8 +274,12 @@ def build_mpi_command(
     deadline_s: float | None = None,
     check_launcher: bool = True,
     hosts: Sequence[str] | None = None,
+    ppn: int | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """(argv, environment) that runs the MPI engine under `launcher` with a hard deadline.
+
+    With `ppn` (a collective): `ppn` ranks on each of `hosts` (any number, check_collective_hosts),
+    or `ppn` ranks on this host without hosts, in rank order host by host; np is then ppn x hosts.
 
     `mca` is Open MPI's MCA parameters (--mca k v; OMPI_MCA_k under srun); `env` is exported to
     the ranks (UCX_TLS, UCX_NET_DEVICES, FI_PROVIDER, MPIR_CVAR_...), and so is every UCX_*, FI_*
@@ -281,11 +299,16 @@ def build_mpi_command(
     _check_flavour(mpi)
     if launcher not in LAUNCHERS:
         raise ValueError(f"--launcher {launcher}: choose one of {', '.join(LAUNCHERS)}")
-    if np != 2:
+    if ppn is None and np != 2:
         raise ValueError(f"np={np}: the MPI engine measures one pair: run it with 2 ranks")
     if mca and mpi != "openmpi":
         raise ValueError("MCA parameters are Open MPI's; MPICH takes MPIR_CVAR_* variables in env")
-    pair = check_hosts(hosts) if hosts else None
+    group = check_collective_hosts(hosts) if hosts and ppn is not None else None
+    if ppn is not None:
+        if ppn < 1:
+            raise ValueError(f"--ppn {ppn}: at least 1 rank per host")
+        np = ppn * (len(group) if group else 1)
+    pair = check_hosts(hosts) if hosts and ppn is None else None
     mapping = device_mapping(mpi, engine_args, mca, env)
     mca = dict(mca or {})
     extra_env = dict(env or {})
@@ -301,13 +324,16 @@ def build_mpi_command(
         for key, value in mca.items():
             full_env[f"OMPI_MCA_{key}"] = value
         plugin = check_srun(mpi, full_env) if check_launcher else SRUN_MPI_PLUGIN[mpi]
-        if pair and check_launcher:
-            check_srun_nodes(pair, full_env)
+        if (pair or group) and check_launcher:
+            check_srun_nodes(pair or group or [], full_env)
         # A binding the user chose (SLURM_CPU_BIND; the netns testbed sets none) is kept: the
         # command line would override it.
         cpu_bind = [] if "SLURM_CPU_BIND" in full_env else [f"--cpu-bind={SRUN_CPU_BIND}"]
         where = ["--nodes=1"] if not pair else [
             "--nodes=2", "--ntasks-per-node=1", f"--nodelist={','.join(pair)}", "--distribution=arbitrary"]
+        if group:
+            where = [f"--nodes={len(group)}", f"--ntasks-per-node={ppn}", f"--nodelist={','.join(group)}",
+                     "--distribution=block"]
         cmd += [
             "srun", f"--job-name=fabscope-{mpi}-{os.getpid()}", *where, f"--ntasks={np}",
             f"--mpi={plugin}", *cpu_bind, f"--immediate={_immediate_s(engine_args)}",
@@ -321,8 +347,8 @@ def build_mpi_command(
             f"--launcher mpirun --mpi {mpi}: neither mpirun.{mpi} nor mpirun is on PATH ({full_env.get('PATH', '')}); "
             f"install {package} (`make setup`), or use --launcher srun"
         )
-    if pair and check_launcher:
-        probe_hosts(mpi, pair, full_env, float(_immediate_s(engine_args)))
+    if (pair or group) and check_launcher:
+        probe_hosts(mpi, pair or group or [], full_env, float(_immediate_s(engine_args)))
     cmd += [binary, "-np", str(np)]
     forwarded = [k for k in full_env if k.startswith(REQUEST_ENV_PREFIXES) and not k.startswith("OMPI_MCA_")]
     if mpi == "openmpi":
@@ -332,6 +358,8 @@ def build_mpi_command(
             full_env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
         if pair:
             cmd += ["-H", ",".join(pair), "--map-by", "node"]
+        elif group:
+            cmd += ["-H", ",".join(f"{h}:{ppn}" for h in group), "--map-by", f"ppr:{ppn}:node"]
         elif len(os.sched_getaffinity(0)) < np:
             cmd.append("--oversubscribe")
         for key, value in mca.items():
@@ -341,6 +369,8 @@ def build_mpi_command(
     else:
         if pair:
             cmd += ["-hosts", ",".join(pair), "-ppn", "1"]
+        elif group:
+            cmd += ["-hosts", ",".join(group), "-ppn", str(ppn)]
         # Hydra does not bind by default; two unbound spinning ranks can share one core and pay
         # a scheduler time slice per message (5.6 ms instead of 1 us measured here). A binding
         # the user chose (HYDRA_BINDING, which the command line would override) is kept: the netns
@@ -426,7 +456,7 @@ def describe_launch(cmd: list[str], env: dict[str, str], mapping: DeviceMapping 
     else:
         for i, arg in enumerate(argv[:-1]):
             if arg in ("-H", "-hosts", "--host"):
-                hosts = argv[i + 1].split(",")
+                hosts = [h.split(":")[0] for h in argv[i + 1].split(",")]  # Open MPI's HOST:SLOTS
             elif arg == "--mca" and i + 2 < len(argv):
                 mca[argv[i + 1]] = argv[i + 2]
     out["hosts"] = hosts

@@ -58,6 +58,8 @@ class MpiLaunch:
     hosts: tuple[str, ...] = ()
     mca: tuple[tuple[str, str], ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    # A collective: ranks per host (on this host without hosts); None for the two ranks of a pair.
+    ppn: int | None = None
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,8 @@ def _start(plan: RunPlan, on_record: OnResult | None) -> runner.RunOutcome:
 
     try:
         return runner.run_mpi(args, timeout, on_record, mpi=where.mpi, launcher=where.launcher,
-                              mca=dict(where.mca) or None, env=dict(where.env) or None, hosts=list(where.hosts) or None)
+                              mca=dict(where.mca) or None, env=dict(where.env) or None, hosts=list(where.hosts) or None,
+                              ppn=where.ppn)
     except (ValueError, FileNotFoundError) as exc:
         raise FabscopeError(str(exc), EXIT_USAGE) from exc
     except NodesUnavailable as exc:

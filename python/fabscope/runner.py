@@ -31,6 +31,7 @@ from .mpirun import (
     strip_launcher_boxes,
 )
 from .results import RecordError, Result, parse_record
+from .results.collective import COLLECTIVE_SCHEMA, parse_collective
 
 Record = dict[str, Any]  # a raw engine record, before parse_record
 OnResult = Callable[[Result], None]
@@ -113,6 +114,8 @@ def stream_client(
     amend: Callable[[Record], None] | None = None,
     pass_fds: Sequence[int] = (),
     guard_s: float | None = None,
+    schema: str = "fabscope.result/",
+    parse: Callable[[Record], Any] = parse_record,
 ) -> RunOutcome:
     """Runs a client engine, collecting typed results as they arrive and the final error if any.
     ``amend`` adds what only the front end knows (the MPI launcher) to the raw record before it is
@@ -154,11 +157,11 @@ def stream_client(
             if obj.get("schema", "").startswith("fabscope.error/"):
                 outcome.error = str(obj.get("message"))
                 outcome.exit_code = int(obj.get("exit_code", EXIT_MEASURE))
-            elif obj.get("schema", "").startswith("fabscope.result/"):
+            elif obj.get("schema", "").startswith(schema):
                 if amend:
                     amend(obj)
                 try:
-                    result = parse_record(obj)
+                    result = parse(obj)
                 except RecordError as exc:
                     if not outcome.error:
                         outcome.error = f"the engine printed a result that is not valid: {exc}"
@@ -326,15 +329,19 @@ def run_mpi(
     mca: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
     hosts: Sequence[str] | None = None,
+    ppn: int | None = None,
 ) -> RunOutcome:
     """Both ranks of the MPI engine under `launcher`; rank 0 prints records like a client engine.
+    With `ppn` a collective instead: ppn ranks on each of `hosts` (or on this host), whose records
+    are results.collective's.
     `hosts` [H1, H2] puts rank 0 on H1 and rank 1 on H2 (mpirun.build_mpi_command); without it
     both run on this host (one node under srun). Each record gets transport.launcher (only the
     front end knows who started the ranks: mpirun.describe_launch, with the MCA parameters, the
     request-relevant environment and the --device mapping), a warning when a rank ran on another
     host than asked, and a launcher-level failure is said plainly. ValueError / FileNotFoundError
     (exit 2) or mpirun.NodesUnavailable (exit 3): nothing launched."""
-    cmd, full_env = build_mpi_command(engine_args, mpi=mpi, launcher=launcher, mca=mca, env=env, hosts=hosts)
+    cmd, full_env = build_mpi_command(engine_args, mpi=mpi, launcher=launcher, mca=mca, env=env, hosts=hosts,
+                                      ppn=ppn)
     launch = describe_launch(cmd, full_env, device_mapping(mpi, engine_args, mca, env))
 
     def with_launcher(rec: Record) -> None:
@@ -345,7 +352,10 @@ def run_mpi(
     # The launcher's `timeout` ends it first; the guard is only for what outlives that.
     deadline = launch.get("deadline_s")
     guard = max(60.0, timeout_s * 6, float(deadline) + KILL_AFTER_S + 10 if deadline else 0.0)
-    outcome = stream_client(cmd, timeout_s, on_record, env=full_env, amend=with_launcher, guard_s=guard)
+    collective = ppn is not None
+    outcome = stream_client(cmd, timeout_s, on_record, env=full_env, amend=with_launcher, guard_s=guard,
+                            schema=COLLECTIVE_SCHEMA if collective else "fabscope.result/",
+                            parse=parse_collective if collective else parse_record)
     if outcome.error and outcome.exit_code:
         explained = explain_launch_failure(launch, outcome.exit_code, outcome.error, time.monotonic() - started)
         if explained:

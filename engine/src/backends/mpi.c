@@ -497,6 +497,38 @@ static void describe_mpich(cJSON *o, cJSON *noeff)
 }
 #endif
 
+/* For the collectives (mpi_coll.c): what the library selected, as a pair run reports it, towards
+ * rank `peer` (one on another host where there is one), and the collective framework's settings
+ * for `pattern`: Open MPI's coll list and coll_tuned_<pattern>_algorithm (the --mca a user passes
+ * through), MPICH's MPIR_CVAR_<PATTERN>_INTRA_ALGORITHM. */
+void fs_mpi_describe_collective(int peer, const char *peer_host, const char *pattern,
+                                uint64_t size, cJSON *o)
+{
+    struct mpib m = {.peer = peer, .size = size};
+    MPI_Comm_rank(MPI_COMM_WORLD, &m.rank);
+    cJSON *noeff = cJSON_CreateArray();
+    cJSON *coll = cJSON_CreateObject();
+    char name[128];
+#ifdef OPEN_MPI
+    describe_ompi(&m, o, noeff);
+    add_cvar(coll, "coll");
+    snprintf(name, sizeof name, "coll_tuned_%s_algorithm", pattern);
+    add_cvar(coll, name);
+#elif defined(MPICH)
+    setenv("FABSCOPE_MPI_PEER_HOST", peer_host, 1);
+    describe_mpich(o, noeff);
+    int n = snprintf(name, sizeof name, "MPIR_CVAR_");
+    for (const char *p = pattern; *p && n < (int)sizeof name - 1; p++)
+        name[n++] = *p == '_' ? '_' : (char)(*p - ('a' <= *p && *p <= 'z' ? 32 : 0));
+    snprintf(name + n, sizeof name - (size_t)n, "_INTRA_ALGORITHM");
+    add_cvar(coll, name);
+#endif
+    (void)peer_host;
+    (void)pattern;
+    cJSON_AddItemToObject(o, "coll", coll);
+    cJSON_AddItemToObject(o, "settings_without_effect", noeff);
+}
+
 static void mpi_describe(void *be, cJSON *o)
 {
     struct mpib *m = be;
@@ -556,6 +588,6 @@ const struct fs_backend_ops fs_backend_mpi = {
     .name = "mpi",
     .summary = "MPI point-to-point (Isend/Irecv) under mpirun/srun; reports pml/btl/mtl or device",
     .ops = FS_BIT(FS_OP_SEND),
-    .patterns = FS_PATTERNS_ALL,
+    .patterns = FS_PATTERNS_ALL | FS_PATTERNS_COLLECTIVE, /* collectives: mpi_coll.c */
     FS_BACKEND_HOOKS(mpi),
 };

@@ -102,6 +102,10 @@ struct fs_backend_ops {
 
 /* lat, bw and bibw: what a backend supports unless it says otherwise. */
 #define FS_PATTERNS_ALL (FS_BIT(FS_PAT_LAT) | FS_BIT(FS_PAT_BW) | FS_BIT(FS_PAT_BIBW))
+/* Every collective pattern: only a backend whose ranks form one job (mpi) offers them. */
+#define FS_PATTERNS_COLLECTIVE                                                                     \
+    (FS_BIT(FS_PAT_ALLREDUCE) | FS_BIT(FS_PAT_REDUCE_SCATTER) | FS_BIT(FS_PAT_ALLGATHER) |        \
+     FS_BIT(FS_PAT_ALLTOALL) | FS_BIT(FS_PAT_BCAST) | FS_BIT(FS_PAT_BARRIER))
 
 /* Checks abi, name and hooks; a backend that fails is refused at startup, loudly. */
 int fs_backend_check(const struct fs_backend_ops *ops, struct fs_err *err);

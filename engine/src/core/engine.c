@@ -2,6 +2,7 @@
 /* Client and server flows around the timing loops: configuration agreement, connection, the
  * per-size protocol, and the result records. */
 #include "engine.h"
+#include "collective.h"
 
 #include <cjson/cJSON.h>
 #include <ifaddrs.h>
@@ -30,7 +31,8 @@ const struct fs_op_info fs_ops[FS_OP_COUNT] = {
     [FS_OP_AM] = {"am", FS_ROLE_ACTIVE, FS_ROLE_ACTIVE, 0, "active message"},
 };
 
-const char *const fs_pattern_names[FS_PAT_COUNT] = {"lat", "bw", "bibw"};
+const char *const fs_pattern_names[FS_PAT_COUNT] = {
+    "lat", "bw", "bibw", "allreduce", "reduce_scatter", "allgather", "alltoall", "bcast", "barrier"};
 
 int fs_op_by_name(const char *name)
 {
@@ -137,6 +139,8 @@ int fs_run_validate(struct fs_run *r, struct fs_err *err)
         return -1;
     r->op = (enum fs_op)op;
     r->pat = (enum fs_pattern)pat;
+    if (fs_collective_check(&r->spec, r->pat, err))
+        return -1;
     long cpu;
     if (fs_cpu_asked_check(r->spec.cpu, &cpu, err))
         return -1;

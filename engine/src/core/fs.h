@@ -21,6 +21,7 @@ enum fs_exit {
     FS_EXIT_PEER = 3,        /* peer missing, dead, busy, version mismatch, connection lost */
     FS_EXIT_MEASURE = 4,     /* the measurement itself failed (backend error, bad data) */
     FS_EXIT_UNSUPPORTED = 6, /* valid request the device/provider cannot do: a skip, not a failure */
+    FS_EXIT_WRONG_DATA = 12, /* a collective's result differs from what the operation must give */
 };
 
 /* An error carries its exit class and a message that says what was asked, what was found and
@@ -75,7 +76,21 @@ struct fs_op_info {
 extern const struct fs_op_info fs_ops[FS_OP_COUNT];
 int fs_op_by_name(const char *name);
 
-enum fs_pattern { FS_PAT_LAT, FS_PAT_BW, FS_PAT_BIBW, FS_PAT_COUNT };
+/* The pair patterns, then the collectives: every rank of an MPI job in one operation, timed by
+ * the core's collective loop (collective.h), never by the pair loops. */
+enum fs_pattern {
+    FS_PAT_LAT,
+    FS_PAT_BW,
+    FS_PAT_BIBW,
+    FS_PAT_ALLREDUCE,
+    FS_PAT_REDUCE_SCATTER,
+    FS_PAT_ALLGATHER,
+    FS_PAT_ALLTOALL,
+    FS_PAT_BCAST,
+    FS_PAT_BARRIER,
+    FS_PAT_COUNT
+};
+#define FS_PAT_IS_COLLECTIVE(p) ((p) >= FS_PAT_ALLREDUCE && (p) < FS_PAT_COUNT)
 extern const char *const fs_pattern_names[FS_PAT_COUNT];
 int fs_pattern_by_name(const char *name);
 

@@ -4,7 +4,9 @@
 
 #include <stddef.h>
 
-static const char *const pattern_values[] = {"lat", "bw", "bibw", NULL};
+static const char *const pattern_values[] = {"lat",       "bw",       "bibw",  "allreduce",
+                                             "reduce_scatter", "allgather", "alltoall", "bcast",
+                                             "barrier",   NULL};
 static const char *const poll_values[] = {"auto", "busy", "block", NULL};
 static const char *const format_values[] = {"json", "text", NULL};
 static const char *const clock_values[] = {"auto", "tsc", "monotonic", NULL};
@@ -17,7 +19,18 @@ const struct fs_option fs_core_options[] = {
      "operation: send, write, write_imm, read, fadd, cswap, tag, am (default: the backend's first)",
      0},
     {"pattern", FS_OPT_ENUM, F(pattern), 0, 0, "lat", pattern_values,
-     "lat = ping-pong latency, bw = one-way stream, bibw = both directions at once", 0},
+     "lat = ping-pong latency, bw = one-way stream, bibw = both directions at once; the "
+     "collectives allreduce, reduce_scatter, allgather, alltoall, bcast and barrier run across "
+     "every rank of an MPI job (--backend mpi)",
+     0},
+    /* Strings, not enums: unset ("") must cross the control channel of a pair run; the collective
+     * check (collective.c) owns the values. */
+    {"datatype", FS_OPT_STR, F(datatype), 0, 0, NULL, NULL,
+     "collectives: element type int32, float32 or float64 (default float32)", 0},
+    {"reduce-op", FS_OPT_STR, F(reduce_op), 0, 0, NULL, NULL,
+     "allreduce, reduce_scatter: the reduction (sum; the default)", 0},
+    {"in-place", FS_OPT_BOOL, F(in_place), 0, 1, NULL, NULL,
+     "allreduce, reduce_scatter, allgather, alltoall: MPI_IN_PLACE (one buffer)", 0},
     {"sizes", FS_OPT_SIZES, F(sizes), 1, 1ull << 32, NULL, NULL,
      "message sizes: LO:HI = every power of two from LO to HI (both powers of two, e.g. 2:8M), "
      "or a list 8,4K,1M; K/M/G = 2^10/2^20/2^30; 1 byte to 4G, at most 64 sizes (default: 8 "

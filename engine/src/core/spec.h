@@ -9,6 +9,9 @@ struct fs_spec {
     char backend[32];
     char op[32];
     char pattern[16];
+    char datatype[16];  /* collectives; "" = not given */
+    char reduce_op[8];  /* collectives that reduce; "" = not given */
+    int in_place;
     struct fs_size_list sizes;
     long iters;
     double duration;

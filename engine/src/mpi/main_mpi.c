@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../backends/mpi_coll.h"
 #include "../core/entry.h"
 
 struct rendezvous {
@@ -192,6 +193,26 @@ int main(int argc, char **argv)
         dup2(records_fd, STDOUT_FILENO);
     if (records_fd >= 0)
         close(records_fd);
+    /* A collective: every rank in it, no client and server (mpi_coll.c). */
+    int collective = parsed && !by_hand && strcmp(spec.backend, "mpi") == 0 &&
+                     fs_pattern_by_name(spec.pattern) >= 0 &&
+                     FS_PAT_IS_COLLECTIVE(fs_pattern_by_name(spec.pattern));
+    if (collective) {
+        int rc = FS_EXIT_USAGE;
+        if (size < 2) {
+            fprintf(stderr, "fabscope-engine: --pattern %s needs at least 2 ranks, and this job has "
+                            "%d: run it under a launcher (`fabscope run --backend mpi --pattern %s "
+                            "--loopback --ppn 2`, or --hosts H1,H2,...)\n",
+                    spec.pattern, size, spec.pattern);
+        } else {
+            rc = fs_mpi_collective_main(&spec, rank, size);
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+        arm_finalize_deadline(rank, rank == 0 ? rc : 0, spec.timeout);
+        MPI_T_finalize();
+        MPI_Finalize();
+        return rank == 0 ? rc : 0;
+    }
     if (size == 1) {
         /* A singleton (started without a launcher): the plain engine flows, so a client can
          * still be pointed at a server by hand; the mpi backend itself needs 2 ranks. */

@@ -1,0 +1,272 @@
+"""``fabscope.collective/1``: one size of a collective (allreduce, reduce_scatter, allgather,
+alltoall, bcast, barrier) across the ranks of an MPI job, as the MPI engine prints it, typed.
+
+The engine times; this module derives the figures once: the time of one collective is the slowest
+rank's (the engine reduced every iteration across ranks); algbw = size / time; busbw = algbw x
+nccl-tests' factor for the operation (its doc/PERFORMANCE.md), so that the figure compares with a
+link's rate whatever the operation and the number of ranks."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .deltas import counter_deltas
+from .errors import RecordError
+
+COLLECTIVE_SCHEMA = "fabscope.collective/1"
+
+# busbw = algbw x factor(n): what each rank's link must carry for the operation, per byte of the
+# size (nccl-tests: allreduce 2(n-1)/n; reduce_scatter, allgather, alltoall (n-1)/n; bcast 1).
+BUS_FACTORS: Mapping[str, Callable[[int], float]] = {
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+    "bcast": lambda n: 1.0,
+}
+COLLECTIVE_PATTERNS = (*BUS_FACTORS, "barrier")
+
+
+def is_collective(pattern: str) -> bool:
+    return pattern in COLLECTIVE_PATTERNS
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Order statistics over the iterations, nanoseconds."""
+
+    min: float
+    p50: float
+    mean: float
+    p99: float
+    max: float
+
+
+def required_bytes(pattern: str, size: int, ranks: int, ranks_here: int, has_root: bool) -> tuple[int, str]:
+    """The bytes a host must receive (bcast's root host: send) per collective, whatever the
+    algorithm, when `ranks_here` of the job's `ranks` run on it: the data its ranks' results need
+    from the other hosts (every element of an allreduce result depends on every host's input, so at
+    least one element from outside; reduce_scatter: its ranks' blocks; allgather: the other
+    hosts' blocks; alltoall: each of its ranks' blocks from each rank elsewhere). 0 when no
+    fabric traffic is needed (every rank here, or barrier)."""
+    others = ranks - ranks_here
+    if others <= 0 or pattern == "barrier":
+        return 0, "rx"
+    block = size // ranks
+    if pattern == "allreduce":
+        return size, "rx"
+    if pattern == "reduce_scatter":
+        return ranks_here * block, "rx"
+    if pattern == "allgather":
+        return others * block, "rx"
+    if pattern == "alltoall":
+        return ranks_here * others * block, "rx"
+    return size, "tx" if has_root else "rx"  # bcast from rank 0
+
+
+@dataclass(frozen=True)
+class HostPath:
+    """One host's share of the path verdict: what the requested device counted in the measured
+    phase against what the algorithm must move there."""
+
+    host: str
+    ranks: tuple[int, ...]
+    device: str
+    direction: str  # "rx" or "tx"
+    required_bytes: int
+    counted_bytes: int | None  # None: the device was not among the host's counters
+    carriers: dict[str, int]  # every device that moved bytes in `direction`, with its bytes
+
+    @property
+    def verified(self) -> bool:
+        return self.counted_bytes is not None and self.counted_bytes >= self.required_bytes
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "ranks": list(self.ranks), "device": self.device, "direction": self.direction,
+                "required_bytes": self.required_bytes, "counted_bytes": self.counted_bytes,
+                "verdict": "verified" if self.verified else "misrouted", "carriers": self.carriers}
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    pattern: str
+    ranks: int
+    size: int  # bytes: the whole result of allreduce/bcast, the send buffer of reduce_scatter/alltoall,
+    #            the receive buffer of allgather (nccl-tests' convention)
+    datatype: str | None
+    reduce_op: str | None
+    in_place: bool
+    iterations: int
+    time_ns: Spread  # one collective: the slowest rank's time of each iteration
+    skew_ns: Spread  # slowest minus fastest rank of each iteration
+    last_rank: int  # the rank that was slowest most often
+    last_rank_times: int
+    rank_hosts: tuple[str, ...]
+    library: str
+    verified: bool
+    raw: Mapping[str, Any]
+
+    @property
+    def bus_factor(self) -> float | None:
+        factor = BUS_FACTORS.get(self.pattern)
+        return factor(self.ranks) if factor else None
+
+    @property
+    def algbw_gbps(self) -> float | None:
+        """Bytes of the size per second of the median collective, in Gbit/s; None for barrier."""
+        if self.pattern == "barrier" or self.time_ns.p50 <= 0:
+            return None
+        return self.size * 8 / self.time_ns.p50
+
+    @property
+    def busbw_gbps(self) -> float | None:
+        alg, factor = self.algbw_gbps, self.bus_factor
+        return None if alg is None or factor is None else alg * factor
+
+    @property
+    def last_host(self) -> str | None:
+        return self.rank_hosts[self.last_rank] if 0 <= self.last_rank < len(self.rank_hosts) else None
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.rank_hosts))
+
+    @property
+    def requested_device(self) -> str | None:
+        """--device, else the first of UCX_NET_DEVICES as the launcher gave it to the ranks (the
+        request a user makes with the environment), without a ":PORT"."""
+        device = self.raw.get("requested_device")
+        if not device:
+            transport = self.raw.get("transport")
+            launcher = transport.get("launcher") if isinstance(transport, dict) else None
+            env = launcher.get("env") if isinstance(launcher, dict) else None
+            device = str(env.get("UCX_NET_DEVICES", "")).split(",")[0] if isinstance(env, dict) else None
+        return str(device).split(":", 1)[0] if device and device != "all" else None
+
+    def host_paths(self) -> list[HostPath]:
+        """Each host's path (the hosts whose first rank read the counters), judged against the bytes
+        the algorithm must move there during the measured iterations; [] without --device."""
+        device = self.requested_device
+        entries = self.raw.get("host_counters")
+        if not device or not isinstance(entries, list):
+            return []
+        out: list[HostPath] = []
+        for entry in entries:
+            if not isinstance(entry, dict) or not isinstance(entry.get("counters"), dict):
+                continue
+            host = self.rank_hosts[int(entry.get("rank", 0))]
+            ranks = tuple(r for r, h in enumerate(self.rank_hosts) if h == host)
+            need, direction = required_bytes(self.pattern, self.size, self.ranks, len(ranks), 0 in ranks)
+            deltas = counter_deltas(entry["counters"])
+            carriers = {name: moved for name, d in deltas.items()
+                        if (moved := (d.rx_bytes if direction == "rx" else d.tx_bytes))}
+            mine = deltas.get(device)
+            counted = (mine.rx_bytes if direction == "rx" else mine.tx_bytes) if mine else None
+            out.append(HostPath(host, ranks, device, direction, need * self.iterations, counted, carriers))
+        return out
+
+    def ceiling(self) -> tuple[float | None, str]:
+        """The expected ceiling of busbw, Gbit/s: the slowest link in the communicator (the
+        requested device's rate on every host that read it), with what it rests on; None with why
+        when a host's rate is unknown (a virtual netdev, a driver without a speed) or no device was
+        asked. All ranks on one host need no link: None."""
+        entries = [e for e in self.raw.get("host_counters") or [] if isinstance(e, dict)]
+        links = [(self.rank_hosts[int(e.get("rank", 0))], e.get("link")) for e in entries]
+        if len(self.hosts) < 2:
+            return None, "every rank on one host: no link between them"
+        if not links:
+            return None, "no host read its link"
+        unknown = [f"{host}: {link.get('rate_source') if isinstance(link, dict) else 'not read'}"
+                   for host, link in links
+                   if not isinstance(link, dict) or not isinstance(link.get("rate_gbps"), (int, float))]
+        if unknown:
+            return None, "; ".join(unknown)
+        host, slowest = min(((h, lk) for h, lk in links if isinstance(lk, dict)), key=lambda x: float(x[1]["rate_gbps"]))
+        return float(slowest["rate_gbps"]), f"the slowest link: {slowest.get('device')} on {host} ({slowest.get('rate_source')})"
+
+    @property
+    def fraction(self) -> float | None:
+        """busbw over the expected ceiling, or None when either is unknown."""
+        ceiling, _ = self.ceiling()
+        bus = self.busbw_gbps
+        return None if ceiling is None or bus is None or ceiling <= 0 else bus / ceiling
+
+    @property
+    def path_verdict(self) -> str:
+        """verified (every host's device carried its share), misrouted (a host's did not: named in
+        misrouted_hosts), or unverified (no --device asked, or no host needs the fabric)."""
+        paths = [p for p in self.host_paths() if p.required_bytes > 0]
+        if not paths:
+            return "unverified"
+        return "verified" if all(p.verified for p in paths) else "misrouted"
+
+    @property
+    def misrouted_hosts(self) -> list[str]:
+        return [p.host for p in self.host_paths() if p.required_bytes > 0 and not p.verified]
+
+    @property
+    def misrouted(self) -> bool:
+        return self.path_verdict == "misrouted"
+
+    def figures(self) -> dict[str, Any]:
+        """What this module derives, added to the record as ``figures`` (JSON output)."""
+        ceiling, basis = self.ceiling()
+        return {"algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps, "bus_factor": self.bus_factor,
+                "last_rank_host": self.last_host, "expected_gbps": ceiling, "expected_basis": basis,
+                "fraction": self.fraction}
+
+    def path(self) -> dict[str, Any]:
+        return {"verdict": self.path_verdict, "requested": self.requested_device,
+                "misrouted_hosts": self.misrouted_hosts, "hosts": [p.as_dict() for p in self.host_paths()]}
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.raw, "figures": self.figures(), "path": self.path()}
+
+
+def _number(obj: Mapping[str, Any], key: str, where: str = "") -> float:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise RecordError(f"{where}{key}", f"must be a finite number, not {value!r}", "collective record")
+    return float(value)
+
+
+def _spread(obj: Mapping[str, Any], key: str) -> Spread:
+    inner = obj.get(key)
+    if not isinstance(inner, dict):
+        raise RecordError(key, "must be an object", "collective record")
+    return Spread(*(_number(inner, k, f"{key}.") for k in ("min", "p50", "mean", "p99", "max")))
+
+
+def parse_collective(obj: Mapping[str, Any]) -> CollectiveResult:
+    """A ``fabscope.collective/1`` record, checked: RecordError naming the field otherwise."""
+    if obj.get("schema") != COLLECTIVE_SCHEMA:
+        raise RecordError("schema", f"must be {COLLECTIVE_SCHEMA}, not {obj.get('schema')!r}", "collective record")
+    pattern = obj.get("pattern")
+    if pattern not in COLLECTIVE_PATTERNS:
+        raise RecordError("pattern", f"must be one of {', '.join(COLLECTIVE_PATTERNS)}, not {pattern!r}",
+                          "collective record")
+    ranks = int(_number(obj, "ranks"))
+    if ranks < 2:
+        raise RecordError("ranks", f"must be at least 2, not {ranks}", "collective record")
+    last = obj.get("last_rank")
+    hosts = obj.get("rank_hosts")
+    if not isinstance(last, dict) or not isinstance(hosts, list) or len(hosts) != ranks:
+        raise RecordError("rank_hosts", "must list one host per rank (and last_rank be an object)",
+                          "collective record")
+    verified = obj.get("verified")
+    transport = obj.get("transport")
+    return CollectiveResult(
+        pattern=str(pattern), ranks=ranks, size=int(_number(obj, "size")),
+        datatype=obj.get("datatype") if isinstance(obj.get("datatype"), str) else None,
+        reduce_op=obj.get("reduce_op") if isinstance(obj.get("reduce_op"), str) else None,
+        in_place=obj.get("in_place") is True, iterations=int(_number(obj, "iterations")),
+        time_ns=_spread(obj, "time_ns"), skew_ns=_spread(obj, "skew_ns"),
+        last_rank=int(_number(last, "rank", "last_rank.")), last_rank_times=int(_number(last, "times", "last_rank.")),
+        rank_hosts=tuple(str(h) for h in hosts),
+        library=str(transport.get("library", "")) if isinstance(transport, dict) else "",
+        verified=isinstance(verified, dict) and verified.get("ok") is True,
+        raw=dict(obj),
+    )

@@ -1,0 +1,82 @@
+"""Collectives across hosts of the netns testbed under mpirun (Open MPI through the testbed's rsh
+agent, MPICH hydra): ranks placed --ppn per host in host order, every element checked, and the
+path proven per host: each host's requested device counted at least the bytes the collective must
+move there, else the run is misrouted (exit 5) naming the hosts and where their bytes went."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import netns_helpers as nh
+import pytest
+from mpi_marks import needs_mpich, needs_openmpi
+
+from conftest import fabscope, json_lines
+from fabscope.testbed import netns
+
+pytestmark = [pytest.mark.netns, pytest.mark.mpi, nh.needs_root]
+
+HOSTS = 3
+QUICK = ("--iters", "10", "--warmup", "2", "--timeout", "10")
+
+
+@pytest.fixture(scope="module")
+def testbed() -> Iterator[dict[str, str]]:
+    with netns.session():
+        netns.up(None, HOSTS)
+        try:
+            yield netns.launcher_env()
+        finally:
+            netns.down()
+
+
+def collective(env: dict[str, str], *args: str) -> tuple[int, list[dict[str, Any]], str]:
+    out = fabscope("run", "--backend", "mpi", *args, *QUICK, "--format", "json", env=env, timeout=240)
+    return out.returncode, json_lines(out.stdout), out.stderr
+
+
+@needs_openmpi
+@pytest.mark.parametrize("pattern", ["allreduce", "alltoall"])
+def test_openmpi_collective_over_fabric0_verified_on_every_host(testbed: dict[str, str], pattern: str) -> None:
+    rc, recs, err = collective(testbed, "--hosts", "fs-a,fs-b,fs-c", "--pattern", pattern, "--sizes", "96K",
+                               "--device", "fabric0")
+    assert rc == 0, err
+    (rec,) = recs
+    assert rec["rank_hosts"] == ["fs-a", "fs-b", "fs-c"] and rec["verified"]["ok"] is True
+    path = rec["path"]
+    assert path["verdict"] == "verified" and path["requested"] == "fabric0" and path["misrouted_hosts"] == []
+    assert {h["host"] for h in path["hosts"]} == {"fs-a", "fs-b", "fs-c"}
+    for host in path["hosts"]:
+        assert host["counted_bytes"] >= host["required_bytes"] > 0, host
+    # The testbed's links are veth pairs: no rate to judge against, and the record says so per host.
+    figures = rec["figures"]
+    assert figures["expected_gbps"] is None and figures["fraction"] is None
+    assert all(f"{h}: fabric0 is virtual" in figures["expected_basis"] for h in ("fs-a", "fs-b", "fs-c")), figures
+
+
+@needs_mpich
+def test_mpich_ppn_places_ranks_host_by_host(testbed: dict[str, str]) -> None:
+    rc, recs, err = collective(testbed, "--mpi", "mpich", "--hosts", "fs-b,fs-c", "--ppn", "2", "--pattern",
+                               "allgather", "--sizes", "64K", "--device", "fabric0")
+    assert rc == 0, err
+    (rec,) = recs
+    assert rec["ranks"] == 4 and rec["rank_hosts"] == ["fs-b", "fs-b", "fs-c", "fs-c"]
+    assert rec["verified"]["ok"] is True and rec["path"]["verdict"] == "verified"
+    # allgather: each host holds 2 of 4 ranks and must receive the other host's 2 blocks of 16 KiB
+    assert all(h["required_bytes"] == 10 * 2 * 16384 for h in rec["path"]["hosts"]), rec["path"]
+
+
+@needs_openmpi
+def test_bytes_over_mgmt0_are_misrouted_naming_each_host(testbed: dict[str, str]) -> None:
+    """UCX_NET_DEVICES=fabric0 with Open MPI's default pml ob1, which ignores it: the collective's
+    bytes go over mgmt0, and every host is named with where its bytes went (exit 5)."""
+    env = dict(testbed, UCX_NET_DEVICES="fabric0")
+    rc, recs, err = collective(env, "--hosts", "fs-a,fs-b,fs-c", "--pattern", "alltoall", "--sizes", "96K")
+    assert rc == 5, err
+    (rec,) = recs
+    assert rec["path"]["verdict"] == "misrouted" and rec["path"]["requested"] == "fabric0"
+    assert rec["path"]["misrouted_hosts"] == ["fs-a", "fs-b", "fs-c"]
+    for host in rec["path"]["hosts"]:
+        assert host["carriers"].get("mgmt0", 0) > host["counted_bytes"], host
+    assert "misrouted" in err and "fs-a, fs-b, fs-c" in err

@@ -1,0 +1,91 @@
+"""results.collective: the figures derived from a collective's record (busbw factors, the bytes a
+host must move, the per-host path verdict, the ceiling) on a real record from the netns testbed,
+and the record's validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fabscope.report.collective import render_text
+from fabscope.results import RecordError
+from fabscope.results.collective import parse_collective, required_bytes
+
+RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "records"
+MISROUTED = RECORDS / "netns-mpi-alltoall-3hosts-misrouted.jsonl"
+
+
+def _raw() -> dict[str, object]:
+    raw: dict[str, object] = json.loads(MISROUTED.read_text().splitlines()[0])
+    return raw
+
+
+@pytest.mark.parametrize(("pattern", "factor"), [("allreduce", 14 / 8), ("reduce_scatter", 7 / 8),
+                                                  ("allgather", 7 / 8), ("alltoall", 7 / 8), ("bcast", 1.0)])
+def test_busbw_uses_nccl_tests_factors(pattern: str, factor: float) -> None:
+    raw = dict(_raw(), pattern=pattern, ranks=8, rank_hosts=[f"h{i}" for i in range(8)])
+    res = parse_collective(raw)
+    assert res.bus_factor == pytest.approx(factor)
+    assert res.algbw_gbps == pytest.approx(98304 * 8 / res.time_ns.p50)
+    assert res.busbw_gbps == pytest.approx(res.algbw_gbps * factor)
+
+
+def test_barrier_has_no_bandwidth() -> None:
+    res = parse_collective(dict(_raw(), pattern="barrier"))
+    assert res.algbw_gbps is None and res.busbw_gbps is None and res.bus_factor is None
+
+
+@pytest.mark.parametrize(("pattern", "here", "root", "need"), [
+    ("allreduce", 2, False, (4096, "rx")),          # every element needs the other hosts' inputs
+    ("reduce_scatter", 2, False, (2 * 1024, "rx")),  # its ranks' 2 blocks of 4096 / 4
+    ("allgather", 1, False, (3 * 1024, "rx")),       # the 3 blocks of the other hosts
+    ("alltoall", 2, False, (2 * 2 * 1024, "rx")),    # each of its 2 ranks: a block from each of 2 elsewhere
+    ("bcast", 2, True, (4096, "tx")),                # the root's host sends it out
+    ("bcast", 1, False, (4096, "rx")),
+    ("allreduce", 4, True, (0, "rx")),               # every rank here: no fabric needed
+    ("barrier", 1, True, (0, "rx")),
+])
+def test_bytes_a_host_must_move(pattern: str, here: int, root: bool, need: tuple[int, str]) -> None:
+    assert required_bytes(pattern, 4096, 4, here, root) == need
+
+
+def test_every_host_misrouted_over_mgmt0_is_named() -> None:
+    res = parse_collective(_raw())
+    assert res.requested_device == "fabric0"  # from UCX_NET_DEVICES as the launcher gave it
+    assert res.path_verdict == "misrouted" and res.misrouted
+    assert res.misrouted_hosts == ["fs-a", "fs-b", "fs-c"]
+    for p in res.host_paths():
+        # alltoall, 3 ranks on 3 hosts, 96 KiB: 2 blocks of 32 KiB per iteration, 10 iterations
+        assert p.required_bytes == 10 * 2 * 32768 and p.direction == "rx"
+        assert p.counted_bytes == 0 and p.carriers["mgmt0"] > p.required_bytes
+    text = render_text([res])
+    assert "# path 98304 B: misrouted (fabric0 on every host)" in text
+    assert "fs-b: fabric0 counted 0 B rx, the algorithm must move at least 655360 B there; rx by device: mgmt0" in text
+
+
+def test_no_device_no_ceiling_said_per_host() -> None:
+    res = parse_collective(_raw())
+    ceiling, basis = res.ceiling()
+    assert ceiling is None and res.fraction is None
+    assert basis.count("no --device") == 3 and "fs-c:" in basis
+
+
+def test_the_slowest_link_is_the_ceiling() -> None:
+    raw = _raw()
+    rates = {0: 100.0, 1: 25.0, 2: 100.0}
+    for entry in raw["host_counters"]:  # type: ignore[attr-defined]
+        entry["link"] = {"device": "fabric0", "rate_gbps": rates[entry["rank"]], "rate_source": "test"}
+    res = parse_collective(raw)
+    ceiling, basis = res.ceiling()
+    assert ceiling == 25.0 and "fabric0 on fs-b" in basis
+    assert res.fraction == pytest.approx(res.busbw_gbps / 25.0)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(("change", "field"), [({"ranks": 1}, "ranks"), ({"pattern": "allsum"}, "pattern"),
+                                                ({"rank_hosts": ["fs-a"]}, "rank_hosts"),
+                                                ({"time_ns": {"min": 1}}, "time_ns.p50")])
+def test_a_broken_record_names_its_field(change: dict[str, object], field: str) -> None:
+    with pytest.raises(RecordError, match=f"'{field}'"):
+        parse_collective(dict(_raw(), **change))
