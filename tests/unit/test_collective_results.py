@@ -14,7 +14,7 @@ from fabscope.results import RecordError
 from fabscope.results.collective import parse_collective, required_bytes
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "records"
-MISROUTED = RECORDS / "netns-mpi-alltoall-3hosts-misrouted.jsonl"
+MISROUTED = RECORDS / "collective" / "netns-mpi-alltoall-3hosts-misrouted.jsonl"
 
 
 def _raw() -> dict[str, object]:
