@@ -1,0 +1,112 @@
+"""Why, under load: the findings of a load run, each with its evidence, cost and fix.
+
+- ``oversubscription``: more links feed the bottleneck than it has (N -> 1): the fair share is the
+  most a flow can get however well the fabric behaves; named on its own it means "clean, just full";
+- ``loss``: the sending sockets retransmitted more than LOSS_SHARE of their segments (TCP_INFO),
+  with the hosts' netdev drop counters: the bottleneck's queue overflowed;
+- ``unfair``: Jain's index below UNFAIR_JAIN over the flows;
+- ``starved``: flows below STARVED_SHARE of the fair share, with their per-interval rates;
+- ``hot-spot``: the port whose flows lost the most (the receiver's port on the switch for incast);
+- ``victim``: the victim pair's p99 (or p50) slowed by the load beyond its interval.
+"""
+
+from __future__ import annotations
+
+from .judge import LOSS_SHARE, STARVED_SHARE, UNFAIR_JAIN, starved
+from .model import Finding, FlowResult, LoadRun
+
+# An impact factor whose interval lies above this is named (1.0 = no impact; the interval says
+# whether the run can tell).
+VICTIM_FACTOR = 1.5
+
+QUEUE_FIX = ("give the bottleneck port a deeper buffer, or mark instead of drop: ECN on the switch queue "
+             "(and net.ipv4.tcp_ecn=1; for RoCE: DCQCN with ECN marking, PFC on the RDMA priority), or place "
+             "the job so fewer senders share one receiver")
+
+
+def _loss(load: list[FlowResult]) -> tuple[int, int, dict[str, int]]:
+    lost = sum(f.retransmitted or 0 for f in load)
+    sent = sum(f.segments or 0 for f in load)
+    by_dst: dict[str, int] = {}
+    for f in load:
+        by_dst[f.flow.dst] = by_dst.get(f.flow.dst, 0) + (f.retransmitted or 0)
+    return lost, sent, by_dst
+
+
+def _host_drops(load: list[FlowResult]) -> dict[str, dict[str, int]]:
+    """Per host, the largest delta of each netdev drop counter any of its flows saw (the flows ran at
+    once, so their windows overlap: the largest is the host's count over the load, not a sum)."""
+    out: dict[str, dict[str, int]] = {}
+    for f in load:
+        for host, side in ((f.flow.src, "local"), (f.flow.dst, "peer")):
+            for dev, deltas in f.net_deltas(side).items():
+                for name, n in deltas.items():
+                    if n > 0:
+                        key = f"{dev}:{name}"
+                        mine = out.setdefault(host, {})
+                        mine[key] = max(mine.get(key, 0), n)
+    return out
+
+
+def decide(run: LoadRun) -> list[Finding]:
+    load = [f for f in run.flows if f.flow.role == "load"]
+    found: list[Finding] = []
+    b = run.bottleneck
+    share = b.fair_share_gbps
+    if b.links_in > 1:
+        rate = f"{b.rate_gbps:.4g} Gb/s" if b.rate_gbps else "its rate (unknown: give --line-rate)"
+        found.append(Finding(
+            "oversubscription",
+            f"{b.links_in} links into one at {b.where}: oversubscribed {b.links_in}:1; {b.flows} flows share {rate}"
+            + (f", a fair share of {share:.4g} Gb/s each" if share else ""),
+            {"links_in": b.links_in, "flows": b.flows, "rate_gbps": b.rate_gbps, "fair_share_gbps": share,
+             "total_gbps": run.total_gbps},
+            cost=f"each flow gets at most 1/{b.flows} of the port", fix="expected for this pattern; spread the "
+            "receivers (placement), or add bandwidth at the receiving port, if the total is not enough"))
+    lost, sent, by_dst = _loss(load)
+    drops = _host_drops(load)
+    if sent and lost / sent > LOSS_SHARE:
+        per_flow = {f.flow.name: f.retransmitted for f in load if f.retransmitted}
+        found.append(Finding(
+            "loss", f"the senders retransmitted {lost} of {sent} segments ({lost / sent:.2%}): the queue at the "
+                    f"bottleneck overflowed and dropped",
+            {"retransmitted_segments": lost, "segments": sent, "per_flow": per_flow, "drops_per_host": drops},
+            cost="each loss halves (Reno) or cuts (CUBIC) a flow's window and costs a round trip or a timeout: "
+                 "flows fall behind and the total falls below the bottleneck's rate",
+            fix=QUEUE_FIX))
+        hot = max(by_dst, key=lambda h: by_dst[h])
+        found.append(Finding(
+            "hot-spot", f"the port towards {hot} (its switch port) is the hot spot: {by_dst[hot]} of the {lost} "
+                        "retransmitted segments were on the flows into it",
+            {"host": hot, "retransmitted_into": by_dst}, fix=QUEUE_FIX))
+    index = run.fairness
+    rates = {f.flow.name: g for f in load if (g := f.gbps) is not None}
+    if index is not None and len(rates) > 1 and index < UNFAIR_JAIN:
+        found.append(Finding(
+            "unfair", f"Jain's fairness index {index:.3f} over {len(rates)} flows (1 = equal shares; "
+                      f"below {UNFAIR_JAIN} is named): {min(rates, key=lambda k: rates[k])} got "
+                      f"{min(rates.values()):.4g} Gb/s, {max(rates, key=lambda k: rates[k])} "
+                      f"{max(rates.values()):.4g} Gb/s",
+            {"jain": index, "min_gbps": min(rates.values()), "max_gbps": max(rates.values())},
+            cost="a job waits for its slowest flow: the unfair share sets the job's pace",
+            fix=QUEUE_FIX if lost else "look at the slow flows' intervals and their path"))
+    low = starved(rates, share)
+    if low:
+        ref = f"the fair share ({share:.4g} Gb/s)" if share else f"the flows' mean ({sum(rates.values()) / len(rates):.4g} Gb/s)"
+        intervals = {f.flow.name: f.intervals_gbps for f in load if f.flow.name in low}
+        found.append(Finding(
+            "starved", f"{len(low)} flow{'s' if len(low) > 1 else ''} below {STARVED_SHARE:.0%} of {ref}: "
+                       + ", ".join(f"{n} {rates[n]:.4g} Gb/s" for n in low),
+            {"flows": {n: rates[n] for n in low}, "intervals_gbps": intervals}, fix=QUEUE_FIX if lost else None))
+    if run.victim is not None:
+        for imp in run.victim.impacts:
+            if imp.low > VICTIM_FACTOR:
+                found.append(Finding(
+                    "victim", f"the victim pair {'<->'.join(run.victim.pair)} is {imp.factor:.2f}x slower at "
+                              f"p{imp.q * 100:g} during the load ({imp.isolated_us:.1f} -> {imp.congested_us:.1f} us, "
+                              f"95 % interval {imp.low:.2f}-{imp.high:.2f}x)",
+                    imp.to_json(), cost="every message of the victim's job waits this much longer",
+                    fix="isolate the victim's traffic (another traffic class or rail), or give the loaded port "
+                        "shallower queues with ECN so queueing delay stays low"))
+                break
+    return found
