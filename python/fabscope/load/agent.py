@@ -73,13 +73,20 @@ def serve_load(msg: dict[str, Any], send: Send, recv: Recv) -> None:
             return  # load-abort (or anything else): the finally stops the servers
         results: dict[str, dict[str, Any]] = {}
 
-        def client(item: dict[str, Any]) -> None:
-            cmd = _engine(["--peer", str(item["peer"])], list(item.get("args") or []), timeout_s)
-            outcome = stream_client(cmd, timeout_s, None, guard_s=guard_s)
-            results[str(item["flow"])] = {"records": [r.to_json() for r in outcome.records],
-                                          "error": outcome.error, "exit_code": outcome.exit_code}
+        def client(flow: str, cmd: list[str]) -> None:
+            try:
+                outcome = stream_client(cmd, timeout_s, None, guard_s=guard_s)
+            except Exception as exc:  # reported as the flow's error, never a flow silently missing
+                results[flow] = {"records": [], "error": f"the client engine could not run: {exc}", "exit_code": 1}
+                return
+            results[flow] = {"records": [r.to_json() for r in outcome.records],
+                             "error": outcome.error, "exit_code": outcome.exit_code}
 
-        threads = [threading.Thread(target=client, args=(item,), daemon=True) for item in go.get("clients") or []]
+        # The commands are built here, before the threads: finding the engine reads sysconfig, which
+        # is not thread-safe (two threads at once lost a flow to AttributeError: 'userbase').
+        commands = [(str(item["flow"]), _engine(["--peer", str(item["peer"])], list(item.get("args") or []), timeout_s))
+                    for item in go.get("clients") or []]
+        threads = [threading.Thread(target=client, args=item, daemon=True) for item in commands]
         for t in threads:
             t.start()
         for t in threads:
