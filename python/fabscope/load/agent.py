@@ -74,13 +74,14 @@ def serve_load(msg: dict[str, Any], send: Send, recv: Recv) -> None:
         results: dict[str, dict[str, Any]] = {}
 
         def client(flow: str, cmd: list[str]) -> None:
+            began = time.time()
             try:
                 outcome = stream_client(cmd, timeout_s, None, guard_s=guard_s)
             except Exception as exc:  # reported as the flow's error, never a flow silently missing
                 results[flow] = {"records": [], "error": f"the client engine could not run: {exc}", "exit_code": 1}
                 return
-            results[flow] = {"records": [r.to_json() for r in outcome.records],
-                             "error": outcome.error, "exit_code": outcome.exit_code}
+            results[flow] = {"records": [r.to_json() for r in outcome.records], "error": outcome.error,
+                             "exit_code": outcome.exit_code, "started": began, "ended": time.time()}
 
         # The commands are built here, before the threads: finding the engine reads sysconfig, which
         # is not thread-safe (two threads at once lost a flow to AttributeError: 'userbase').

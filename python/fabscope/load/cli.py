@@ -24,7 +24,10 @@ from .patterns import PATTERNS, Flow, check_request, flows_of, pairs_of
 # Engine options the load sets itself (per flow) or that make no sense across hosts.
 LOAD_MANAGED = frozenset({"pattern", "bind", "cpu", "iters", "warmup"})
 DEFAULT_DURATION_S = 3.0
+WARMUP_BY_TIME = 1_000_000_000  # the engine's largest --warmup: --warmup-time always ends it first
 VICTIM_QUANTILES = (0.5, 0.99)
+# Flows whose engines started further apart than this share of --duration are said not to have run together.
+START_SPREAD_SHARE = 0.1
 
 
 def fill_load_parser(p: argparse.ArgumentParser,
@@ -99,7 +102,9 @@ def engine_args(ns: argparse.Namespace, role: str) -> list[str]:
         return argv_of([*given.items(), ("pattern", "lat"), ("duration", f"{duration:g}")])
     if "interval" not in given:
         given["interval"] = f"{min(1.0, duration / 4):g}"
-    return argv_of([*given.items(), ("pattern", "bw"), ("duration", f"{duration:g}")])
+    # Every flow warms up for --warmup-time exactly (a count would end each flow's warmup at its own
+    # moment): the measured phases then start together, and their intervals line up.
+    return argv_of([*given.items(), ("pattern", "bw"), ("warmup", str(WARMUP_BY_TIME)), ("duration", f"{duration:g}")])
 
 
 def run_load(ns: argparse.Namespace) -> int:
@@ -139,6 +144,11 @@ def run_load(ns: argparse.Namespace) -> int:
         if isinstance(iso, Histogram) and isinstance(con, Histogram) and iso.total and con.total:
             victim.impacts = [judge.impact(iso, con, q) for q in VICTIM_QUANTILES]
         run.victim = victim
+    spread = run.start_spread_s
+    if spread is not None and spread > START_SPREAD_SHARE * duration:
+        run.notes.append(f"the flows' engines started {spread:.2f} s apart ({spread / duration:.0%} of --duration): "
+                         "they did not all run together for the whole phase; a loaded launch host or agents "
+                         "slow to start; the totals per interval count only the common whole intervals")
     run.findings = findings.decide(run)
     if ns.format == "json":
         sys.stdout.write(json.dumps(run.to_json(), indent=1) + "\n")

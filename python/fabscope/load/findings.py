@@ -4,7 +4,7 @@
   most a flow can get however well the fabric behaves; named on its own it means "clean, just full";
 - ``loss``: the sending sockets retransmitted more than LOSS_SHARE of their segments (TCP_INFO),
   with the hosts' netdev drop counters: the bottleneck's queue overflowed;
-- ``unfair``: Jain's index below UNFAIR_JAIN over the flows;
+- ``unfair``: Jain's index below UNFAIR_JAIN over the run, or below UNFAIR_SHORT_JAIN in the median interval;
 - ``starved``: flows below STARVED_SHARE of the fair share, with their per-interval rates;
 - ``hot-spot``: the port whose flows lost the most (the receiver's port on the switch for incast);
 - ``victim``: the victim pair's p99 (or p50) slowed by the load beyond its interval.
@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from .judge import LOSS_SHARE, STARVED_SHARE, UNFAIR_JAIN, starved
+from .judge import LOSS_SHARE, STARVED_SHARE, UNFAIR_JAIN, UNFAIR_SHORT_JAIN, starved
 from .model import Finding, FlowResult, LoadRun
 
 # An impact factor whose interval lies above this is named (1.0 = no impact; the interval says
@@ -60,7 +60,7 @@ def decide(run: LoadRun) -> list[Finding]:
             f"{b.links_in} links into one at {b.where}: oversubscribed {b.links_in}:1; {b.flows} flows share {rate}"
             + (f", a fair share of {share:.4g} Gb/s each" if share else ""),
             {"links_in": b.links_in, "flows": b.flows, "rate_gbps": b.rate_gbps, "fair_share_gbps": share,
-             "total_gbps": run.total_gbps},
+             "concurrent_gbps": run.concurrent_gbps},
             cost=f"each flow gets at most 1/{b.flows} of the port", fix="expected for this pattern; spread the "
             "receivers (placement), or add bandwidth at the receiving port, if the total is not enough"))
     lost, sent, by_dst = _loss(load)
@@ -81,13 +81,21 @@ def decide(run: LoadRun) -> list[Finding]:
             {"host": hot, "retransmitted_into": by_dst}, fix=QUEUE_FIX))
     index = run.fairness
     rates = {f.flow.name: g for f in load if (g := f.gbps) is not None}
-    if index is not None and len(rates) > 1 and index < UNFAIR_JAIN:
+    short = run.interval_fairness
+    short_median = sorted(short)[len(short) // 2] if short else None
+    unfair_run = index is not None and index < UNFAIR_JAIN
+    unfair_short = short_median is not None and short_median < UNFAIR_SHORT_JAIN
+    if len(rates) > 1 and index is not None and (unfair_run or unfair_short):
+        when = (f"Jain's fairness index {index:.3f} over {len(rates)} flows" if unfair_run else
+                f"in the short term: Jain's index over the {len(rates)} flows is {short_median:.3f} in the median "
+                f"interval ({min(short):.3f} at worst; {index:.3f} over the whole run, where the flows' turns "
+                "average out)")
         found.append(Finding(
-            "unfair", f"Jain's fairness index {index:.3f} over {len(rates)} flows (1 = equal shares; "
-                      f"below {UNFAIR_JAIN} is named): {min(rates, key=lambda k: rates[k])} got "
-                      f"{min(rates.values()):.4g} Gb/s, {max(rates, key=lambda k: rates[k])} "
-                      f"{max(rates.values()):.4g} Gb/s",
-            {"jain": index, "min_gbps": min(rates.values()), "max_gbps": max(rates.values())},
+            "unfair", f"{when} (1 = equal shares; below {UNFAIR_JAIN} over the run or {UNFAIR_SHORT_JAIN} in the "
+                      "median interval is named): "
+                      f"{min(rates, key=lambda k: rates[k])} got {min(rates.values()):.4g} Gb/s, "
+                      f"{max(rates, key=lambda k: rates[k])} {max(rates.values()):.4g} Gb/s",
+            {"jain": index, "interval_jain": short, "min_gbps": min(rates.values()), "max_gbps": max(rates.values())},
             cost="a job waits for its slowest flow: the unfair share sets the job's pace",
             fix=QUEUE_FIX if lost else "look at the slow flows' intervals and their path"))
     low = starved(rates, share)

@@ -29,6 +29,9 @@ class FlowResult:
     flow: Flow
     result: Result | None = None
     error: str | None = None
+    # The client engine's start and end on its host's wall clock (time.time(); hosts' clocks are
+    # assumed in step to well under a second, as NTP keeps a cluster's).
+    span: tuple[float, float] = (0.0, 0.0)
 
     @property
     def gbps(self) -> float | None:
@@ -81,7 +84,8 @@ class FlowResult:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"flow": self.flow.index, "src": self.flow.src, "dst": self.flow.dst,
-                               "lane": self.flow.lane, "role": self.flow.role, "error": self.error}
+                               "lane": self.flow.lane, "role": self.flow.role, "error": self.error,
+                               "started": self.span[0], "ended": self.span[1]}
         if self.flow.role == "victim":
             lat = self.result.latency if self.result else None
             out["latency_p50_us"] = lat.p50 if lat else None
@@ -159,6 +163,37 @@ class LoadRun:
     def fairness(self) -> float | None:
         return jain(list(self.rates.values()))
 
+    def _common_intervals(self) -> list[list[float]]:
+        """Per whole interval that every flow has, the flows' rates (the flows start their measured
+        phases together: the same warmup time after the same barrier)."""
+        series = [f.intervals_gbps for f in self.flows if f.flow.role == "load" and f.gbps is not None]
+        if not series or any(not s for s in series):
+            return []
+        return [[s[k] for s in series] for k in range(min(len(s) for s in series))]
+
+    @property
+    def interval_totals_gbps(self) -> list[float]:
+        """What the flows carried together in each common interval."""
+        return [sum(xs) for xs in self._common_intervals()]
+
+    @property
+    def interval_fairness(self) -> list[float]:
+        """Jain's index in each common interval: the short-term fairness a per-run average hides."""
+        return [j for xs in self._common_intervals() if (j := jain(xs)) is not None]
+
+    @property
+    def concurrent_gbps(self) -> float:
+        """The total while every flow ran: the mean of the common intervals' totals (the sum of the
+        flows' own rates where no interval is whole; flows ending at different times make that sum
+        overstate what the port carried at once)."""
+        totals = self.interval_totals_gbps
+        return sum(totals) / len(totals) if totals else self.total_gbps
+
+    @property
+    def start_spread_s(self) -> float | None:
+        starts = [f.span[0] for f in self.flows if f.span[0] > 0]
+        return max(starts) - min(starts) if len(starts) > 1 else None
+
     @property
     def failed(self) -> list[FlowResult]:
         return [f for f in self.flows if f.gbps is None]
@@ -175,7 +210,9 @@ class LoadRun:
         return {"schema": LOAD_SCHEMA, "pattern": self.pattern, "hosts": self.hosts,
                 "flows_per_pair": self.flows_per_pair, "backend": self.backend, "launcher": self.launcher,
                 "duration_s": self.duration_s, "seed": self.seed, "total_gbps": self.total_gbps,
-                "fairness_jain": self.fairness, "bottleneck": self.bottleneck.to_json(),
+                "concurrent_gbps": self.concurrent_gbps, "interval_totals_gbps": self.interval_totals_gbps,
+                "fairness_jain": self.fairness, "interval_fairness_jain": self.interval_fairness,
+                "start_spread_s": self.start_spread_s, "bottleneck": self.bottleneck.to_json(),
                 "findings": [f.to_json() for f in self.findings],
                 "victim": self.victim.to_json() if self.victim else None,
                 "flows": [f.to_json() for f in self.flows], "unreachable": self.unreachable, "notes": self.notes,

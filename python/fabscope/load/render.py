@@ -28,12 +28,17 @@ def text(run: LoadRun) -> str:
         lines.append(f"{f.flow.name:<28} {_g(f.gbps):>9} {_g(f.retransmitted, 'd') if f.retransmitted is not None else '-':>8} "
                      f"{f.segments if f.segments is not None else '-':>9}  {ivs}")
     share = b.fair_share_gbps
-    lines.append(f"total {run.total_gbps:.4g} Gb/s; bottleneck {b.where}: {b.links_in} link(s) in, {b.flows} flows, "
-                 f"rate {_g(b.rate_gbps)} Gb/s ({b.rate_source}), fair share {_g(share)} Gb/s"
-                 + (f", total {run.total_gbps / b.rate_gbps:.0%} of the rate" if b.rate_gbps else ""))
+    together = run.concurrent_gbps
+    lines.append(f"total {together:.4g} Gb/s while every flow ran (sum of the flows' own rates {run.total_gbps:.4g}); "
+                 f"bottleneck {b.where}: {b.links_in} link(s) in, {b.flows} flows, rate {_g(b.rate_gbps)} Gb/s "
+                 f"({b.rate_source}), fair share {_g(share)} Gb/s"
+                 + (f", total {together / b.rate_gbps:.0%} of the rate" if b.rate_gbps else ""))
     index = run.fairness
+    short = " ".join(f"{j:.2f}" for j in run.interval_fairness)
     lines.append(f"Jain's fairness index {_g(index, '.3f')} (1 = equal shares, {1 / max(1, len(run.rates)):.3f} = one "
-                 "flow has all)")
+                 "flow has all)" + (f"; per interval {short}" if short else ""))
+    if run.start_spread_s is not None:
+        lines.append(f"the flows' engines started within {run.start_spread_s * 1e3:.0f} ms of each other")
     if run.victim is not None:
         v = run.victim
         lines.append(f"victim {v.pair[0]} <-> {v.pair[1]} (ping-pong, half round trip):")

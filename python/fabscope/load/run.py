@@ -11,6 +11,7 @@ own flows, named, and the rest are kept.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,10 @@ from ..matrix.coordinator import AgentConn
 from ..matrix.execute import pick_address
 from .model import FlowResult, flow_result
 from .patterns import Flow
+
+# The time every client engine gets to start, connect and set up before the flows begin together.
+START_MARGIN_S = 2.0
+START_PER_FLOW_S = 0.05
 
 
 def run_flows(agents: dict[str, AgentConn], flows: Sequence[Flow], args_of: dict[str, list[str]], timeout_s: float,
@@ -55,9 +60,13 @@ def run_flows(agents: dict[str, AgentConn], flows: Sequence[Flow], args_of: dict
                     pass
         raise FabscopeError("the load did not start: " + "; ".join(f"{h}: {why}" for h, why in failed.items()),
                             EXIT_PEER)
-    for h in hosts:  # the barrier: every server listens
-        clients = [{"flow": f.index, "peer": f"{binds[f.index]}:{ports[f.index]}", "args": args_of[f.role]}
-                   for f in flows if f.src == h]
+    # The barrier: every server listens. Every client then connects and sets up at once, and begins
+    # (warmup, then the measured phase) at the same wall-clock second, the engine's --start-at: process
+    # start-up on a busy host varies by a second or more, which would shift the flows' phases apart.
+    start_at = time.time() + START_MARGIN_S + START_PER_FLOW_S * len(flows)
+    for h in hosts:
+        clients = [{"flow": f.index, "peer": f"{binds[f.index]}:{ports[f.index]}",
+                    "args": [*args_of[f.role], f"--start-at={start_at:.3f}"]} for f in flows if f.src == h]
         agents[h].send({"type": "load-go", "id": run_id, "clients": clients})
     answers: dict[str, dict[str, Any]] = {}
     lost: dict[str, str] = {}
@@ -83,5 +92,7 @@ def run_flows(agents: dict[str, AgentConn], flows: Sequence[Flow], args_of: dict
         server = (answers.get(f.dst, {}).get("servers") or {}).get(str(f.index)) or {}
         if not error and server.get("error"):
             error = f"the server on {f.dst}: {server['error']}"
-        out.append(flow_result(f, list(got.get("records") or []), str(error) if error else None))
+        result = flow_result(f, list(got.get("records") or []), str(error) if error else None)
+        result.span = (float(got.get("started") or 0.0), float(got.get("ended") or 0.0))
+        out.append(result)
     return out
