@@ -22,7 +22,7 @@ from .model import FlowResult, LoadRun
 from .patterns import PATTERNS, Flow, check_request, flows_of, pairs_of
 
 # Engine options the load sets itself (per flow) or that make no sense across hosts.
-LOAD_MANAGED = frozenset({"pattern", "bind", "cpu", "iters", "warmup"})
+LOAD_MANAGED = frozenset({"pattern", "bind", "cpu", "iters", "warmup", "start-at"})
 DEFAULT_DURATION_S = 3.0
 WARMUP_BY_TIME = 1_000_000_000  # the engine's largest --warmup: --warmup-time always ends it first
 VICTIM_QUANTILES = (0.5, 0.99)
