@@ -86,3 +86,13 @@ def test_impact_factor_and_its_interval() -> None:
     assert same.low <= 1.0 <= same.high
     lo, hi = judge.quantile_interval(Histogram.from_samples_ns([1000.0] * 10 + [5000.0]), 0.5)
     assert math.isclose(lo, hi)
+
+
+def test_a_flow_that_stalls_for_an_interval_is_named() -> None:
+    # the shallow queue's shape on the netns testbed: one flow near zero for an interval
+    series = {"b": [0.0119, 0.0007, 0.0098], "c": [0.0231, 0.0168, 0.0189], "d": [0.0112, 0.0154, 0.0126]}
+    assert judge.stalls(series, 0.1 / 7) == {"b": [1]}
+    # the deep queue's: every flow within 73 % of the fair share in every interval
+    assert judge.stalls({"b": [0.0154, 0.0119], "c": [0.0105, 0.0140]}, 0.1 / 7) == {}
+    # no known rate: against each interval's mean
+    assert judge.stalls({"x": [1.0, 0.1], "y": [1.0, 1.9]}, None) == {"x": [1]}

@@ -4,7 +4,8 @@
   most a flow can get however well the fabric behaves; named on its own it means "clean, just full";
 - ``loss``: the sending sockets retransmitted more than LOSS_SHARE of their segments (TCP_INFO),
   with the hosts' netdev drop counters: the bottleneck's queue overflowed;
-- ``unfair``: Jain's index below UNFAIR_JAIN over the run, or below UNFAIR_SHORT_JAIN in the median interval;
+- ``unfair``: Jain's index below UNFAIR_JAIN over the run, or below UNFAIR_SHORT_JAIN in the median interval,
+  or flows that stalled (below STALL_SHARE of the fair share) in an interval;
 - ``starved``: flows below STARVED_SHARE of the fair share, with their per-interval rates;
 - ``hot-spot``: the port whose flows lost the most (the receiver's port on the switch for incast);
 - ``victim``: the victim pair's p99 (or p50) slowed by the load beyond its interval.
@@ -12,7 +13,7 @@
 
 from __future__ import annotations
 
-from .judge import LOSS_SHARE, STARVED_SHARE, UNFAIR_JAIN, UNFAIR_SHORT_JAIN, starved
+from .judge import LOSS_SHARE, STALL_SHARE, STARVED_SHARE, UNFAIR_JAIN, UNFAIR_SHORT_JAIN, stalls, starved
 from .model import Finding, FlowResult, LoadRun
 
 # An impact factor whose interval lies above this is named (1.0 = no impact; the interval says
@@ -85,17 +86,24 @@ def decide(run: LoadRun) -> list[Finding]:
     short_median = sorted(short)[len(short) // 2] if short else None
     unfair_run = index is not None and index < UNFAIR_JAIN
     unfair_short = short_median is not None and short_median < UNFAIR_SHORT_JAIN
-    if len(rates) > 1 and index is not None and (unfair_run or unfair_short):
+    stalled = stalls({f.flow.name: f.intervals_gbps for f in load if f.gbps is not None}, share)
+    if len(rates) > 1 and index is not None and (unfair_run or unfair_short or stalled):
+        ref = "the fair share" if share else "the interval's mean"
         when = (f"Jain's fairness index {index:.3f} over {len(rates)} flows" if unfair_run else
                 f"in the short term: Jain's index over the {len(rates)} flows is {short_median:.3f} in the median "
                 f"interval ({min(short):.3f} at worst; {index:.3f} over the whole run, where the flows' turns "
-                "average out)")
+                "average out)" if unfair_short else
+                f"flows took turns: {len(stalled)} of {len(rates)} stalled (below {STALL_SHARE:.0%} of {ref}) in "
+                f"an interval: " + ", ".join(f"{n} in interval{'s' if len(k) > 1 else ''} "
+                                             f"{','.join(str(i + 1) for i in k)}" for n, k in sorted(stalled.items()))
+                + f" (Jain's index {index:.3f} over the run, {min(short):.3f} in the worst interval)")
         found.append(Finding(
             "unfair", f"{when} (1 = equal shares; below {UNFAIR_JAIN} over the run or {UNFAIR_SHORT_JAIN} in the "
                       "median interval is named): "
                       f"{min(rates, key=lambda k: rates[k])} got {min(rates.values()):.4g} Gb/s, "
                       f"{max(rates, key=lambda k: rates[k])} {max(rates.values()):.4g} Gb/s",
-            {"jain": index, "interval_jain": short, "min_gbps": min(rates.values()), "max_gbps": max(rates.values())},
+            {"jain": index, "interval_jain": short, "stalled_intervals": stalled, "min_gbps": min(rates.values()),
+             "max_gbps": max(rates.values())},
             cost="a job waits for its slowest flow: the unfair share sets the job's pace",
             fix=QUEUE_FIX if lost else "look at the slow flows' intervals and their path"))
     low = starved(rates, share)

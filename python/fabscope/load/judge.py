@@ -13,7 +13,8 @@ Definitions (docs/load.md says them with real output):
   1/n when one flow has everything; also per interval (short-term fairness: flows that take turns
   average out over a run, not within an interval).
 - **starved flow**: one whose rate is below ``STARVED_SHARE`` of the fair share (or, with no known
-  rate, of the flows' mean).
+  rate, of the flows' mean); a flow **stalled** in an interval where its rate was below
+  ``STALL_SHARE`` of the fair share (or of that interval's mean).
 - **congestion impact factor** (GPCNeT): the victim's latency during the load over its latency
   alone, at p50 and p99; its interval from the two runs' order-statistic intervals (distribution
   free: ranks of a binomial(n, q)), the ratio's low end over the isolated high end and back.
@@ -37,6 +38,10 @@ UNFAIR_SHORT_JAIN = 0.8
 # Retransmitted over sent segments above this is loss worth naming (a clean fabric retransmits none;
 # a single tail-loss probe in a run of thousands of segments is not congestion).
 LOSS_SHARE = 0.001
+# A flow below this share of the fair share (or of the interval's mean) in a whole interval stalled:
+# a retransmission timeout or a window cut to nothing. On the netns testbed a deep queue's flows
+# stayed at 73 % or more of the fair share in every interval; a shallow queue's fell to 0-5 %.
+STALL_SHARE = 0.25
 # z for the 95 % intervals.
 Z95 = 1.959964
 
@@ -133,3 +138,17 @@ def impact(isolated: Histogram, congested: Histogram, q: float) -> Impact:
     iso_lo, iso_hi = quantile_interval(isolated, q)
     con_lo, con_hi = quantile_interval(congested, q)
     return Impact(q, iso, con, con / iso, con_lo / iso_hi, con_hi / iso_lo)
+
+
+def stalls(series: dict[str, list[float]], fair_share: float | None) -> dict[str, list[int]]:
+    """{flow: [intervals in which it stalled]} over the intervals every flow has."""
+    if not series:
+        return {}
+    n = min(len(v) for v in series.values())
+    out: dict[str, list[int]] = {}
+    for k in range(n):
+        ref = fair_share if fair_share else sum(v[k] for v in series.values()) / len(series)
+        for name, v in series.items():
+            if v[k] < STALL_SHARE * ref:
+                out.setdefault(name, []).append(k)
+    return out
