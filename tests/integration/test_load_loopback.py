@@ -69,6 +69,7 @@ def test_incast_with_flows_and_a_victim(tmp_path: Path) -> None:
     for f in flows:
         assert f["error"] is None and f["gbps"] > 0.01, f
         assert f["retransmitted_segments"] is not None and f["segments"] > 0
+        assert f["ce_marked_segments"] == 0  # read (TCP_INFO), and nothing on loopback marks CE
         # --duration 1 cut in quarters: the engine's whole intervals, each a rate
         assert len(f["intervals_gbps"]) >= 3 and all(x > 0 for x in f["intervals_gbps"])
         rec = f["record"]

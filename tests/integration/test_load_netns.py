@@ -53,6 +53,7 @@ def kinds(doc: dict[str, Any]) -> list[str]:
 def check_common(doc: dict[str, Any], hosts: list[str]) -> None:
     assert [f["src"] for f in doc["flows"]] == hosts[1:8] and {f["dst"] for f in doc["flows"]} == {hosts[0]}
     assert all(f["error"] is None and f["gbps"] > 0 for f in doc["flows"]), doc["flows"]
+    assert all(f["ce_marked_segments"] == 0 for f in doc["flows"])  # tbf drops, it never marks CE
     b = doc["bottleneck"]
     assert (b["host"], b["links_in"], b["flows"]) == (hosts[0], 7, 7)
     assert b["fair_share_gbps"] == pytest.approx(RATE_GBPS / 7)

@@ -8,6 +8,10 @@
   or flows that stalled (below STALL_SHARE of the fair share) in an interval;
 - ``starved``: flows below STARVED_SHARE of the fair share, with their per-interval rates;
 - ``hot-spot``: the port whose flows lost the most (the receiver's port on the switch for incast);
+- ``ecn``: segments TCP delivered with a CE mark (TCP_INFO tcpi_delivered_ce of the senders): the
+  fabric signalled congestion without dropping;
+- ``rdma-congestion`` / ``pause``: the RDMA ports' congestion counters (ECN-marked packets, CNPs:
+  explain.py's list) and the drivers' pause/PFC counters that moved, per host;
 - ``victim``: the victim pair's p99 (or p50) slowed by the load beyond its interval.
 """
 
@@ -49,6 +53,35 @@ def _host_drops(load: list[FlowResult]) -> dict[str, dict[str, int]]:
     return out
 
 
+def _host_counters(load: list[FlowResult]) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, int]]]:
+    """Per host, the largest delta any of its flows saw of each RDMA congestion counter and of each
+    pause counter of the netdevs behind its RDMA ports (overlapping windows: the largest, not a sum)."""
+    from ..results.explain import RDMA_CONGESTION_COUNTERS
+
+    congestion: dict[str, dict[str, int]] = {}
+    pauses: dict[str, dict[str, int]] = {}
+
+    def keep(into: dict[str, dict[str, int]], host: str, key: str, n: int | None) -> None:
+        if n is not None and n > 0:
+            mine = into.setdefault(host, {})
+            mine[key] = max(mine.get(key, 0), n)
+
+    for f in load:
+        if f.result is None:
+            continue
+        for host, side in ((f.flow.src, f.result.counters.local), (f.flow.dst, f.result.counters.peer)):
+            if side is None:
+                continue
+            for port in side.rdma.values():
+                for key in RDMA_CONGESTION_COUNTERS:
+                    keep(congestion, host, f"{port.name}:{key}", port.delta(key))
+            for netdev in side.netdevs_behind_rdma():
+                eth = netdev.ethtool()
+                for key in sorted(eth.after) if eth is not None else []:
+                    keep(pauses, host, f"{netdev.name}:{key}", eth.delta(key) if eth is not None else None)
+    return congestion, pauses
+
+
 def decide(run: LoadRun) -> list[Finding]:
     load = [f for f in run.flows if f.flow.role == "load"]
     found: list[Finding] = []
@@ -79,7 +112,30 @@ def decide(run: LoadRun) -> list[Finding]:
         found.append(Finding(
             "hot-spot", f"the port towards {hot} (its switch port) is the hot spot: {by_dst[hot]} of the {lost} "
                         "retransmitted segments were on the flows into it",
-            {"host": hot, "retransmitted_into": by_dst}, fix=QUEUE_FIX))
+            {"host": hot, "retransmitted_into": by_dst, "drops_per_host": drops}, fix=QUEUE_FIX))
+    marked = {f.flow.name: n for f in load if (n := f.ce_marked)}
+    if marked:
+        total_ce = sum(marked.values())
+        found.append(Finding(
+            "ecn", f"the fabric marked {total_ce} delivered segments CE (ECN) on {len(marked)} flows: a queue "
+                   "signalled congestion and the senders slowed without waiting for a drop",
+            {"ce_marked_per_flow": marked}, cost="the senders' windows were cut: the rate each flow gets is the "
+            "fair share at best", fix="ECN is working as meant; if the marks come with loss, mark earlier "
+            "(a lower marking threshold on the switch queue)"))
+    congestion, pauses = _host_counters(load)
+    if congestion:
+        found.append(Finding(
+            "rdma-congestion", "RDMA congestion counters moved on " + ", ".join(sorted(congestion)) +
+            ": ECN-marked packets and CNPs (DCQCN cut the senders' rates)", {"per_host": congestion},
+            fix="expected under incast with DCQCN; if the rates collapse, tune the ECN marking thresholds and "
+                "DCQCN's rate-increase timers, or spread the receivers"))
+    if pauses:
+        found.append(Finding(
+            "pause", "pause frames (PFC) counted on " + ", ".join(sorted(pauses)) + ": a port ran out of buffer "
+            "and stopped its sender", {"per_host": pauses},
+            cost="a paused port stops every flow of its priority, the victims' too (head-of-line blocking)",
+            fix="ECN (DCQCN) marks before the buffer fills, so PFC stays the last resort; check the PFC "
+                "headroom on the switch"))
     index = run.fairness
     rates = {f.flow.name: g for f in load if (g := f.gbps) is not None}
     short = run.interval_fairness

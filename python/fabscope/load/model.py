@@ -62,6 +62,13 @@ class FlowResult:
         return n - min(n, count(side.get("phase_spurious_retransmissions")) or 0)
 
     @property
+    def ce_marked(self) -> int | None:
+        """Segments the sending socket had delivered with a CE mark (ECN) in the measured phase."""
+        if self.result is None:
+            return None
+        return count(member(member(self.result.raw, "transport"), "local").get("phase_delivered_ce"))
+
+    @property
     def segments(self) -> int | None:
         """Payload segments sent (messages x segments per message at the socket's MSS)."""
         if self.result is None:
@@ -91,8 +98,8 @@ class FlowResult:
             out["latency_p50_us"] = lat.p50 if lat else None
             out["latency_p99_us"] = lat.p99 if lat else None
         else:
-            out.update(gbps=self.gbps, retransmitted_segments=self.retransmitted, segments=self.segments,
-                       intervals_gbps=self.intervals_gbps)
+            out.update(gbps=self.gbps, retransmitted_segments=self.retransmitted, ce_marked_segments=self.ce_marked,
+                       segments=self.segments, intervals_gbps=self.intervals_gbps)
         out["record"] = self.result.raw if self.result else None
         return out
 

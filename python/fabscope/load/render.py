@@ -17,7 +17,7 @@ def text(run: LoadRun) -> str:
     lines = [f"load {run.pattern}: {len(run.hosts)} hosts, {run.flows_per_pair} flow(s) per pair, "
              f"{sum(1 for f in run.flows if f.flow.role == 'load')} flows, --backend {run.backend}, "
              f"{run.duration_s:g} s, launcher {run.launcher}" + (f", seed {run.seed}" if run.seed is not None else "")]
-    lines.append(f"{'flow':<28} {'Gb/s':>9} {'retrans':>8} {'segments':>9}  per interval (Gb/s)")
+    lines.append(f"{'flow':<28} {'Gb/s':>9} {'retrans':>8} {'CE':>6} {'segments':>9}  per interval (Gb/s)")
     for f in run.flows:
         if f.flow.role != "load":
             continue
@@ -25,7 +25,9 @@ def text(run: LoadRun) -> str:
             lines.append(f"{f.flow.name:<28} {'failed':>9}  {f.error}")
             continue
         ivs = " ".join(f"{x:.3g}" for x in f.intervals_gbps)
-        lines.append(f"{f.flow.name:<28} {_g(f.gbps):>9} {_g(f.retransmitted, 'd') if f.retransmitted is not None else '-':>8} "
+        retrans = "-" if f.retransmitted is None else str(f.retransmitted)
+        ce = "-" if f.ce_marked is None else str(f.ce_marked)
+        lines.append(f"{f.flow.name:<28} {_g(f.gbps):>9} {retrans:>8} {ce:>6} "
                      f"{f.segments if f.segments is not None else '-':>9}  {ivs}")
     share = b.fair_share_gbps
     together = run.concurrent_gbps
@@ -62,12 +64,13 @@ def text(run: LoadRun) -> str:
 def csv_text(run: LoadRun) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["flow", "role", "src", "dst", "lane", "gbps", "retransmitted_segments", "segments",
+    w.writerow(["flow", "role", "src", "dst", "lane", "gbps", "retransmitted_segments", "ce_marked_segments", "segments",
                 "latency_p50_us", "latency_p99_us", "intervals_gbps", "error"])
     for f in run.flows:
         lat = f.result.latency if f.result else None
         w.writerow([f.flow.index, f.flow.role, f.flow.src, f.flow.dst, f.flow.lane, _g(f.gbps, ".6g"),
-                    "" if f.retransmitted is None else f.retransmitted, "" if f.segments is None else f.segments,
+                    "" if f.retransmitted is None else f.retransmitted, "" if f.ce_marked is None else f.ce_marked,
+                    "" if f.segments is None else f.segments,
                     lat.p50 if lat and f.flow.role == "victim" else "", lat.p99 if lat and f.flow.role == "victim" else "",
                     " ".join(f"{x:.6g}" for x in f.intervals_gbps), f.error or ""])
     return buf.getvalue()
