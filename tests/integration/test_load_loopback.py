@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import REPO
 
 QUICK = ["--duration", "1", "--warmup-time", "0.2", "--sizes", "64K"]
@@ -115,3 +117,16 @@ def test_a_missing_agent_ends_the_run_within_its_deadline(tmp_path: Path) -> Non
     rc, out, err = load(tmp_path, 1, "incast", "--hosts", "h0,h1", *QUICK, connect_timeout=3)
     assert rc == 3 and not out and "1 of 2 load agents checked in within 3 s (missing: h1)" in err
     assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.parametrize("backend", ["ucx", "ofi"])
+def test_other_transports_run_as_flows_too(tmp_path: Path, backend: str) -> None:
+    rc, out, err = load(tmp_path, 3, "incast", "--hosts", "h0,h1,h2", "--backend", backend, "--format", "json", *QUICK)
+    doc = json.loads(out)
+    assert doc["backend"] == backend, err
+    assert [f["record"]["backend"] for f in doc["flows"]] == [backend, backend]
+    assert all(f["gbps"] > 0 and len(f["intervals_gbps"]) >= 3 for f in doc["flows"])
+    # no TCP_INFO behind these: loss is said to be unchecked, never reported as none
+    assert all(f["retransmitted_segments"] is None for f in doc["flows"])
+    assert any("loss unchecked" in n for n in doc["notes"])
+    assert rc == 0, err

@@ -149,6 +149,9 @@ def run_load(ns: argparse.Namespace) -> int:
         run.notes.append(f"the flows' engines started {spread:.2f} s apart ({spread / duration:.0%} of --duration): "
                          "they did not all run together for the whole phase; a loaded launch host or agents "
                          "slow to start; the totals per interval count only the common whole intervals")
+    if load and all(f.retransmitted is None for f in load):
+        run.notes.append(f"loss unchecked: the {run.backend} flows' records carry no TCP retransmission count (the "
+                         "transport does not report one); drops show only in the RDMA and netdev counters")
     run.findings = findings.decide(run)
     if ns.format == "json":
         sys.stdout.write(json.dumps(run.to_json(), indent=1) + "\n")
