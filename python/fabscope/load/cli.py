@@ -43,6 +43,13 @@ def fill_load_parser(p: argparse.ArgumentParser,
     p.add_argument("--victim", type=argtypes.host_list, metavar="H1,H2",
                    help="two hosts outside --hosts: their ping-pong latency alone, then during the load")
     p.add_argument("--seed", type=argtypes.int_range(0, 2**31), default=0, help="permutation: the seed (in the output)")
+    p.add_argument("--to-address-of", metavar="NETDEV", dest="address_of",
+                   help="send every flow to the receiver's address on this netdev (default: --device's; else the "
+                        "address its agent reached the coordinator from), e.g. a loopback or dummy address that "
+                        "multipath routes reach over several rails")
+    p.add_argument("--rails", type=argtypes.host_list, metavar="DEV1,DEV2",
+                   help="the netdevs that are rails: the split of the senders' bytes between them, and an imbalance "
+                        "named when the hash put most flows on one")
     p.add_argument("--line-rate", type=argtypes.finite_float(0.001, 10**6, unit=" Gb/s"),
                    help="Gb/s of the bottleneck's link (default: the rate the receiver's engine read from its netdev)")
     p.add_argument("--launcher", choices=["mpirun", "srun", "external"], default="mpirun",
@@ -123,7 +130,7 @@ def run_load(ns: argparse.Namespace) -> int:
     timeout = float(_engine(ns, "timeout", "10") or 10) + duration + 5  # each wait's deadline, past the run
     args = {"load": [*engine_args(ns, "load"), f"--timeout={timeout:g}"],
             "victim": [*engine_args(ns, "victim"), f"--timeout={timeout:g}"]}
-    device = _engine(ns, "device")
+    device = ns.address_of or _engine(ns, "device")
     victim_flow = Flow(len(flows), ns.victim[0], ns.victim[1], 0, "victim") if ns.victim else None
     everyone = hosts + (list(ns.victim) if ns.victim else [])
     with agents_on(ns, everyone) as agents:
@@ -135,7 +142,7 @@ def run_load(ns: argparse.Namespace) -> int:
         rate, source = _link_rate(load, pattern)
     run = LoadRun(pattern, hosts, ns.flows, _engine(ns, "backend", "tcp") or "tcp", ns.launcher, duration,
                   ns.seed if pattern == "permutation" else None, load,
-                  judge.bottleneck_of(pattern, pairs, ns.flows, rate, source))
+                  judge.bottleneck_of(pattern, pairs, ns.flows, rate, source), rails=list(ns.rails or []))
     if victim_flow is not None and isolated is not None:
         congested = next(r for r in results if r.flow.role == "victim")
         victim = VictimResult((victim_flow.src, victim_flow.dst), isolated, congested)

@@ -20,6 +20,10 @@ from __future__ import annotations
 from .judge import LOSS_SHARE, STALL_SHARE, STARVED_SHARE, UNFAIR_JAIN, UNFAIR_SHORT_JAIN, stalls, starved
 from .model import Finding, FlowResult, LoadRun
 
+# The busiest rail carrying more than this share of the rails' bytes is an imbalance (two rails: 0.5 is even).
+RAIL_IMBALANCE = 0.7
+# A host whose bytes went this much over one rail sent its flows on it (the hash keeps a flow on one).
+ON_ONE_RAIL = 0.9
 # An impact factor whose interval lies above this is named (1.0 = no impact; the interval says
 # whether the run can tell).
 VICTIM_FACTOR = 1.5
@@ -80,6 +84,45 @@ def _host_counters(load: list[FlowResult]) -> tuple[dict[str, dict[str, int]], d
                 for key in sorted(eth.after) if eth is not None else []:
                     keep(pauses, host, f"{netdev.name}:{key}", eth.delta(key) if eth is not None else None)
     return congestion, pauses
+
+
+def _rails(run: LoadRun) -> list[Finding]:
+    """The split of the senders' bytes between the rails; an imbalance; the flows a slow rail slowed."""
+    per_host = run.rail_bytes()
+    totals = {r: sum(h.get(r, 0) for h in per_host.values()) for r in run.rails}
+    whole = sum(totals.values())
+    if not whole:
+        return []
+    found: list[Finding] = []
+    busiest = max(totals, key=lambda r: totals[r])
+    share = totals[busiest] / whole
+    split = ", ".join(f"{r} {totals[r] / whole:.0%}" for r in run.rails)
+    on_rail = {h: max(b, key=lambda r: b[r]) for h, b in per_host.items() if sum(b.values()) and
+               max(b.values()) / sum(b.values()) >= ON_ONE_RAIL}
+    if share > RAIL_IMBALANCE:
+        found.append(Finding(
+            "rail-imbalance", f"the rails carried {split} of the bytes: the hash put most flows on {busiest}",
+            {"bytes_per_rail": totals, "bytes_per_host": per_host, "host_on_rail": on_rail},
+            cost=f"{busiest} runs at up to {share / (1 / len(run.rails)):.1f}x its even share while the other rail idles",
+            fix="more flows per pair (--flows: more 5-tuples to hash), a flowlet or per-packet spraying policy, or "
+                "a hash over the L4 ports (net.ipv4.fib_multipath_hash_policy=1 on Linux hosts)"))
+    rates = {f.flow.src: f.gbps for f in run.flows if f.flow.role == "load" and f.gbps is not None}
+    by_rail: dict[str, list[float]] = {}
+    for host, rail in on_rail.items():
+        if host in rates and rates[host] is not None:
+            by_rail.setdefault(rail, []).append(float(rates[host] or 0.0))
+    if len(by_rail) > 1:
+        medians = {r: sorted(v)[len(v) // 2] for r, v in by_rail.items()}
+        slow = min(medians, key=lambda r: medians[r])
+        fast = max(medians, key=lambda r: medians[r])
+        if medians[slow] < STARVED_SHARE * medians[fast]:
+            hosts = sorted(h for h, r in on_rail.items() if r == slow)
+            found.append(Finding(
+                "slow-rail", f"the flows on {slow} ({', '.join(hosts)}) ran at {medians[slow]:.4g} Gb/s in the median, "
+                             f"those on {fast} at {medians[fast]:.4g}: {slow} is slower on their path",
+                {"median_gbps_per_rail": medians, "host_on_rail": on_rail},
+                fix=f"check {slow}'s uplinks (rate, errors, shaping) on those hosts"))
+    return found
 
 
 def decide(run: LoadRun) -> list[Finding]:
@@ -170,6 +213,8 @@ def decide(run: LoadRun) -> list[Finding]:
             "starved", f"{len(low)} flow{'s' if len(low) > 1 else ''} below {STARVED_SHARE:.0%} of {ref}: "
                        + ", ".join(f"{n} {rates[n]:.4g} Gb/s" for n in low),
             {"flows": {n: rates[n] for n in low}, "intervals_gbps": intervals}, fix=QUEUE_FIX if lost else None))
+    if run.rails:
+        found += _rails(run)
     if run.victim is not None:
         for imp in run.victim.impacts:
             if imp.low > VICTIM_FACTOR:

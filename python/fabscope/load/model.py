@@ -157,6 +157,23 @@ class LoadRun:
     findings: list[Finding] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    rails: list[str] = field(default_factory=list)
+
+    def rail_bytes(self) -> dict[str, dict[str, int]]:
+        """{sender host: {rail: bytes it sent on that rail}}: the tx_bytes delta of each rail netdev in
+        the host's own snapshots, the largest over its flows (they ran at once: their windows overlap,
+        so the largest is the host's total over the load, not a sum)."""
+        out: dict[str, dict[str, int]] = {}
+        for f in self.flows:
+            if f.flow.role != "load" or f.result is None or f.result.counters.local is None:
+                continue
+            for rail in self.rails:
+                dev = f.result.counters.local.netdev(rail)
+                n = dev.delta("tx_bytes") if dev is not None else None
+                if n is not None:
+                    mine = out.setdefault(f.flow.src, {})
+                    mine[rail] = max(mine.get(rail, 0), n)
+        return out
 
     @property
     def rates(self) -> dict[str, float]:
@@ -222,5 +239,6 @@ class LoadRun:
                 "start_spread_s": self.start_spread_s, "bottleneck": self.bottleneck.to_json(),
                 "findings": [f.to_json() for f in self.findings],
                 "victim": self.victim.to_json() if self.victim else None,
+                "rails": self.rails, "rail_bytes": self.rail_bytes() if self.rails else None,
                 "flows": [f.to_json() for f in self.flows], "unreachable": self.unreachable, "notes": self.notes,
                 "exit_code": self.exit_code}

@@ -41,6 +41,12 @@ def text(run: LoadRun) -> str:
                  "flow has all)" + (f"; per interval {short}" if short else ""))
     if run.start_spread_s is not None:
         lines.append(f"the flows' engines started within {run.start_spread_s * 1e3:.0f} ms of each other")
+    if run.rails:
+        per_host = run.rail_bytes()
+        for host, split in sorted(per_host.items()):
+            whole = sum(split.values()) or 1
+            lines.append(f"rails {host}: " + ", ".join(f"{r} {split.get(r, 0) / 1e6:.1f} MB ({split.get(r, 0) / whole:.0%})"
+                                                      for r in run.rails))
     if run.victim is not None:
         v = run.victim
         lines.append(f"victim {v.pair[0]} <-> {v.pair[1]} (ping-pong, half round trip):")
