@@ -6,8 +6,8 @@ bridge ``br-rail1`` (10.203.0.i/24) and a ``rail0`` netdev holding its rail-inde
 host's 10.210.0.j the route has two next hops, one per rail, hashed per flow on the 5-tuple
 (fib_multipath_hash_policy 1), as a leaf switch spreads flows over its uplinks. A flow's bytes then
 go over one rail or the other, by the hash: the per-rail split of N flows, and an imbalance when the
-hash puts most on one rail. ``netns.down`` removes it all (the namespaces go). ``shape_rail`` rate-
-limits one host's uplink on one rail.
+hash puts most on one rail. ``netns.down`` removes it all (the namespaces go). ``shape_rail``
+rate-limits one host's uplink on one rail.
 """
 
 from __future__ import annotations
