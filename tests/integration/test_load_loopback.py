@@ -130,3 +130,13 @@ def test_other_transports_run_as_flows_too(tmp_path: Path, backend: str) -> None
     assert all(f["retransmitted_segments"] is None for f in doc["flows"])
     assert any("loss unchecked" in n for n in doc["notes"])
     assert rc == 0, err
+
+
+def test_a_load_is_kept_in_the_history(tmp_path: Path) -> None:
+    store = tmp_path / "history.db"
+    rc, out, err = load(tmp_path, 2, "incast", "--hosts", "h0,h1", "--store", str(store), "--tag", "load-a", *QUICK)
+    assert rc in (0, 11), err
+    assert "kept as run" in err
+    listed = subprocess.run([sys.executable, "-m", "fabscope", "history", "list", "--store", str(store)],
+                            capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO / "python")))
+    assert "load" in listed.stdout and "load-a" in listed.stdout, listed.stdout + listed.stderr

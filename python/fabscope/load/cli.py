@@ -62,6 +62,9 @@ def fill_load_parser(p: argparse.ArgumentParser,
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.add_argument("--csv", type=Path, metavar="FILE", help="also write every flow as CSV to FILE")
     p.add_argument("--html", type=Path, metavar="FILE", help="also write a self-contained HTML report to FILE")
+    from ..history import add_store_options
+
+    add_store_options(p)
     if add_engine_options is not None:
         add_engine_options(p)
     p.set_defaults(func=run_load, check=check_load)
@@ -92,6 +95,7 @@ def check_load(ns: argparse.Namespace) -> None:
     validate_args(local)
     if ns.victim:
         validate_args([a for a in engine_args(ns, "victim") if not a.startswith("--device=")])
+    ns.checked = True
 
 
 def engine_args(ns: argparse.Namespace, role: str) -> list[str]:
@@ -117,12 +121,16 @@ def engine_args(ns: argparse.Namespace, role: str) -> list[str]:
 def run_load(ns: argparse.Namespace) -> int:
     if not hasattr(ns, "checked"):
         check_load(ns)
+    from ..history import recorder
     from ..results.histogram import Histogram
     from . import findings, judge, render
     from .launch import agents_on
     from .model import VictimResult
     from .run import run_flows
 
+    keep = recorder(ns, "load")  # opened (and closed) before anything runs: a bad --store fails up front
+    if keep is not None:
+        keep.close()
     pattern, hosts = ns.load_pattern, ns.hosts
     pairs = pairs_of(pattern, hosts, ns.receiver, ns.sender, ns.seed)
     flows = flows_of(pairs, ns.flows)
@@ -171,7 +179,32 @@ def run_load(ns: argparse.Namespace) -> int:
                 path.write_text(make(run))
             except OSError as exc:
                 print(f"fabscope: {path}: {exc.strerror}", file=sys.stderr)
+    _store(ns, run)
     return run.exit_code
+
+
+def _store(ns: argparse.Namespace, run: LoadRun) -> None:
+    """Every flow's record as a result of one run (command ``load``; `fabscope compare` reads them as
+    any run's), the load's judgement as its summary (`fabscope history show`)."""
+    if ns.no_store:
+        return
+    from ..store import open_store
+
+    summary = run.to_json()
+    summary["flows"] = [{k: v for k, v in f.items() if k != "record"} for f in summary["flows"]]
+    if summary.get("victim"):
+        for side in ("isolated", "congested"):
+            if summary["victim"].get(side):
+                summary["victim"][side].pop("record", None)
+    results = [f.result for f in run.flows if f.result is not None]
+    try:
+        with open_store(ns.store) as store:
+            run_id = store.add_run("load", list(sys.argv[1:]), results, ns.tag)
+            store.add_summary(run_id, summary)
+    except Exception as exc:  # the load is printed already; a store problem must not turn into a traceback
+        print(f"fabscope: the load was not kept in the history store: {exc}", file=sys.stderr)
+        return
+    print(f"fabscope: kept as run {run_id} in the history (`fabscope history show {run_id}`)", file=sys.stderr)
 
 
 def _html(run: LoadRun) -> str:
