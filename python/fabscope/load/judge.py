@@ -107,16 +107,9 @@ def quantile_interval(h: Histogram, q: float) -> tuple[float, float]:
     half = Z95 * math.sqrt(n * q * (1 - q))
     lo_rank = max(0, math.floor(n * q - half))
     hi_rank = min(n - 1, math.ceil(n * q + half))
-    return _at_rank(h, lo_rank), _at_rank(h, hi_rank)
-
-
-def _at_rank(h: Histogram, rank: int) -> float:
-    seen = 0
-    for index, count in h.buckets:
-        seen += count
-        if seen > rank:
-            return h.mid_us(index)
-    return h.mid_us(h.buckets[-1][0])
+    # the histogram's own reader: its q-quantile is the sample at rank q (n - 1)
+    span = max(1, n - 1)
+    return h.quantile_us(lo_rank / span), h.quantile_us(hi_rank / span)
 
 
 @dataclass(frozen=True)
