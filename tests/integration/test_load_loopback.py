@@ -136,7 +136,7 @@ def test_a_load_is_kept_in_the_history(tmp_path: Path) -> None:
     store = tmp_path / "history.db"
     rc, out, err = load(tmp_path, 2, "incast", "--hosts", "h0,h1", "--store", str(store), "--tag", "load-a", *QUICK)
     assert rc in (0, 11), err
-    assert "kept as run" in err
+    assert out.startswith("load incast: 2 hosts") and "kept as run" in err
     listed = subprocess.run([sys.executable, "-m", "fabscope", "history", "list", "--store", str(store)],
                             capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO / "python")))
     assert "load" in listed.stdout and "load-a" in listed.stdout, listed.stdout + listed.stderr

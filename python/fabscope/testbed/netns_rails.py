@@ -39,9 +39,10 @@ def _port(host: str) -> str:
     return f"{host.removeprefix('fs-')}-rail1"
 
 
-def rails_up(hosts: Sequence[str], weights: tuple[int, int] = (1, 1)) -> None:
+def rails_up(hosts: Sequence[str], weights: tuple[int, int] = (1, 1), on_rail1: Sequence[str] = ()) -> None:
     """``weights``: the next hops' weights (fabric0, fabric1); (1, 0) plants an imbalance: every flow on
-    fabric0, as a hash that always picks one uplink."""
+    fabric0, as a hash that always picks one uplink. ``on_rail1``: hosts whose routes use fabric1
+    only (weights 0, 1), to put their flows on a rail the test slows."""
     if not link_exists(SWITCH_NS, RAIL_BRIDGE):
         run(["ip", "-n", SWITCH_NS, "link", "add", RAIL_BRIDGE, "type", "bridge", "forward_delay", "0", "stp_state",
              "0"], what=f"create bridge {RAIL_BRIDGE}")
@@ -68,7 +69,8 @@ def rails_up(hosts: Sequence[str], weights: tuple[int, int] = (1, 1)) -> None:
             if other == host:
                 continue
             j = host_index(other) + 1
-            hops = [("10.201.0", "fabric0", weights[0]), (RAIL_NET, RAIL_DEV, weights[1])]
+            w = (0, 1) if host in on_rail1 else weights
+            hops = [("10.201.0", "fabric0", w[0]), (RAIL_NET, RAIL_DEV, w[1])]
             nexthops = [a for net, dev, w in hops if w > 0
                         for a in ("nexthop", "via", f"{net}.{j}", "dev", dev, "weight", str(w))]
             run(["ip", "-n", host, "route", "replace", f"{anycast_ip(other)}/32", "src", anycast_ip(host), *nexthops],
