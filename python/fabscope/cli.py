@@ -606,6 +606,13 @@ def _fill_matrix(m: Parser, with_engine: bool) -> None:
     fill_matrix_parser(m, (lambda p: _add_engine_options(p, option_table(), MATRIX_MANAGED)) if with_engine else None)
 
 
+def _fill_load(p: Parser, with_engine: bool) -> None:
+    from .engine import option_table
+    from .load.cli import LOAD_MANAGED, fill_load_parser
+
+    fill_load_parser(p, (lambda q: _add_engine_options(q, option_table(), LOAD_MANAGED)) if with_engine else None)
+
+
 def _fill_matrix_agent(a: Parser, _with_engine: bool) -> None:
     from .matrix.cli import fill_agent_parser
 
@@ -710,6 +717,8 @@ SUBCOMMANDS: tuple[tuple[str, str, Callable[[Parser, bool], None]], ...] = (
                 "lacks the evidence to call it)", _fill_compare),
     ("matrix", "the fabric matrix: every pair of N hosts under mpirun/srun, bad nodes, bad links and misrouted "
                "pairs named with evidence", _fill_matrix),
+    ("load", "the fabric under load: incast, fan-out, all-to-all, permutation; per-flow rates, fair share, "
+             "fairness, a victim pair's congestion impact factor", _fill_load),
     ("matrix-agent", "(started by `fabscope matrix` through the launcher on each host)", _fill_matrix_agent),
     ("report", "report files from saved results: one self-contained HTML file with charts, Markdown tables, CSV",
      _fill_report),
@@ -761,7 +770,7 @@ def main(argv: Sequence[str] | None = None, execute: bool = True) -> int:
     try:
         # Only `run` needs the engine's option table; other commands work without an engine.
         command = argv[0] if argv else ""
-        parser = build_parser(with_engine=command in ("run", "matrix"), only=command)
+        parser = build_parser(with_engine=command in ("run", "matrix", "load"), only=command)
         ns = parser.parse_args(argv)
         check = getattr(ns, "check", None)
         if check is not None:

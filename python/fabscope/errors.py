@@ -18,6 +18,7 @@ EXIT_REGRESSION = 9  # `fabscope compare`: at least one case is a regression
 EXIT_INCONCLUSIVE = 10  # ... none is, but a change beyond the threshold lacks the evidence to call it
 EXIT_CHECK_FAILED = 11  # `fabscope check`: an expectation failed; `fabscope health`: the node is unhealthy
 EXIT_WRONG_DATA = 12  # a collective's result differs from what the operation must give (engine's FS_EXIT_WRONG_DATA)
+EXIT_CONGESTED = 13  # `fabscope load` named congestion: loss, unfair or starved flows
 EXIT_TIMEOUT = 124  # a testbed guest run that did not end in time (timeout(1)'s code)
 EXIT_TESTBED_FAILURE = 125  # the testbed itself failed (no guest, no image)
 EXIT_INTERRUPTED = 130  # Ctrl-C, as a shell reports SIGINT

@@ -68,8 +68,10 @@ struct tcp {
     int sndbuf_eff, rcvbuf_eff;
     /* TCP_INFO tcpi_total_retrans and tcpi_dsack_dups when the last phase began (-1: not read):
      * describe() reports the segments this socket retransmitted since (the measured phase), and
-     * how many of them the receiver reported as duplicates (spurious: a late ACK, not a loss). */
-    long long retrans_base, dsack_base;
+     * how many of them the receiver reported as duplicates (spurious: a late ACK, not a loss).
+     * tcpi_delivered_ce likewise: segments delivered that the fabric had marked CE (ECN, echoed
+     * in the receiver's ACKs): congestion signalled without a drop. */
+    long long retrans_base, dsack_base, ce_base;
 };
 _Static_assert(offsetof(struct tcp, s) == 0, "struct tcp starts with its struct fs_stream");
 
@@ -221,7 +223,7 @@ static int tcp_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
      * receiver wakes at the first piece, and a wake-up for the whole of it would lose that. */
     const char *pat = ctx->spec->pattern;
     t->s.rcvlowat = strcmp(pat, "bw") == 0 || strcmp(pat, "bibw") == 0 ? t->o.rcvlowat : 1;
-    t->retrans_base = t->dsack_base = -1;
+    t->retrans_base = t->dsack_base = t->ce_base = -1;
     snprintf(t->device, sizeof t->device, "%s", ctx->spec->device);
     snprintf(t->bind_addr, sizeof t->bind_addr, "%s", ctx->spec->bind);
     if (check_local_names(t->device, t->bind_addr, err))
@@ -346,6 +348,11 @@ static void tcp_describe(void *be, cJSON *o)
             (long long)ti.tcpi_dsack_dups >= t->dsack_base)
             cJSON_AddNumberToObject(o, "phase_spurious_retransmissions",
                                     (double)((long long)ti.tcpi_dsack_dups - t->dsack_base));
+        /* tcpi_delivered_ce arrived in Linux 4.18. */
+        if (t->ce_base >= 0 && tl >= offsetof(struct tcp_info, tcpi_delivered_ce) + 4 &&
+            (long long)ti.tcpi_delivered_ce >= t->ce_base)
+            cJSON_AddNumberToObject(o, "phase_delivered_ce",
+                                    (double)((long long)ti.tcpi_delivered_ce - t->ce_base));
     }
     struct ifreq ifr;
     memset(&ifr, 0, sizeof ifr);
@@ -372,6 +379,9 @@ static void tcp_phase_begin(void *be)
     t->dsack_base = ok && tl >= offsetof(struct tcp_info, tcpi_dsack_dups) + 4
                         ? (long long)ti.tcpi_dsack_dups
                         : -1;
+    t->ce_base = ok && tl >= offsetof(struct tcp_info, tcpi_delivered_ce) + 4
+                     ? (long long)ti.tcpi_delivered_ce
+                     : -1;
     /* The record's rcvlowat_bytes is this phase's: from what is in force now. */
     t->s.rcvlowat_most = t->s.rcvlowat_now;
 }

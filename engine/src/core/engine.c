@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "datapath.h"
@@ -454,6 +455,29 @@ static void client_data_path(const struct fs_run *r, cJSON *config)
     freeifaddrs(ifa);
 }
 
+/* --start-at: sleep until the agreed wall-clock second, bounded by --timeout (the server waits
+ * for our first size message no longer than its own). */
+static int wait_start_at(const struct fs_run *r, struct fs_err *err)
+{
+    if (r->spec.start_at <= 0)
+        return 0;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    double delay = r->spec.start_at - ((double)now.tv_sec + (double)now.tv_nsec / 1e9);
+    if (delay <= 0)
+        return 0;
+    if (delay >= r->spec.timeout)
+        return fs_fail(err, FS_EXIT_USAGE,
+                       "--start-at %.3f is %.1f s from now, not within --timeout %g s (the peer "
+                       "would stop waiting); give a time sooner than --timeout, or a longer "
+                       "--timeout",
+                       r->spec.start_at, delay, r->spec.timeout);
+    struct timespec ts = {(time_t)delay, (long)((delay - floor(delay)) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+    return 0;
+}
+
 int fs_run_client(struct fs_run *r, struct fs_out *out, struct fs_err *err)
 {
     r->is_server = 0;
@@ -481,6 +505,8 @@ int fs_run_client(struct fs_run *r, struct fs_out *out, struct fs_err *err)
     cJSON *peer_transport = cJSON_DetachItemFromObjectCaseSensitive(connected, "transport");
     cJSON_Delete(connected);
     if (fs_clock_setup(r->spec.clock, "", &r->clock, err)) /* begun at start-up (entry.c) */
+        goto fail_transport;
+    if (wait_start_at(r, err))
         goto fail_transport;
     fs_out_begin(out, r);
     for (size_t i = 0; i < r->spec.sizes.n; i++) {

@@ -49,6 +49,11 @@ const struct fs_option fs_core_options[] = {
      "warmup messages per size (not measured); ends early at --warmup-time", 0},
     {"warmup-time", FS_OPT_DOUBLE, F(warmup_time), 0, 3600, "1", NULL,
      "upper bound on warmup seconds per size", 0},
+    {"start-at", FS_OPT_DOUBLE, F(start_at), 0, 1e11, "0", NULL,
+     "client: connected and set up, begin the first size (its warmup) at this wall-clock time "
+     "(Unix seconds, CLOCK_REALTIME): many engines on many hosts then measure together "
+     "(`fabscope load` sets it); 0 = at once; a time already past starts at once",
+     FS_OPTF_LOCAL | FS_OPTF_PROCESS},
     {"tx-depth", FS_OPT_INT, F(tx_depth), 1, 65536, "64", NULL,
      "operations in flight in bw/bibw", 0},
     {"poll", FS_OPT_ENUM, F(poll), 0, 0, "auto", poll_values,

@@ -18,6 +18,7 @@ struct fs_spec {
     double interval; /* --interval: seconds per bandwidth interval; -1 = auto, 0 = off */
     long warmup;
     double warmup_time;
+    double start_at; /* client: begin the first size no earlier than this CLOCK_REALTIME second; 0 = at once */
     long tx_depth;
     char poll[8];
     double timeout;

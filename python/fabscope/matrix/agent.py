@@ -134,6 +134,10 @@ class Agent:
                 self.listen(msg)
             elif kind == "connect":
                 self.connect(msg)
+            elif kind == "load":  # `fabscope load`: many engines here at once (load/agent.py)
+                from ..load.agent import serve_load
+
+                serve_load(msg, self.send, lambda t: control.recv(self.sock, t, "the load coordinator"))
             else:
                 self.send({"type": "error", "id": msg.get("id"), "message": f"unknown command {kind[:40]!r}"})
 

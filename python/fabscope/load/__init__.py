@@ -1,0 +1,1 @@
+"""`fabscope load`: many flows at once (incast, fan-out, all-to-all, permutation), judged."""
