@@ -20,12 +20,13 @@ from typing import Any
 
 from ..untyped import count_at, member, number_at
 from .counters import Counters, CounterSide, DeviceCounters
+from .misroute import route_reasons
 from .pathsides import path_sides
 
 __all__ = ["CAUSES", "STATES", "Cause", "Explanation", "LatencyReference", "explain", "with_reference"]
 
 STATES = ("seen", "clear", "unchecked")
-CAUSES = ("segmentation", "retransmission", "mtu", "placement", "cpu", "buffers", "link")
+CAUSES = ("segmentation", "retransmission", "mtu", "placement", "cpu", "buffers", "link", "route")
 
 # A message "ends in a tiny packet" when its last segment carries less than this share of an MSS
 # and the extra packet is at least this share of the packets per message. 64 KiB over MSS 1448:
@@ -966,11 +967,33 @@ def with_reference(expl: Explanation, p50_us: float, found: LatencyReference | N
                    reference_sought=True)
 
 
+def _route(rec: Mapping[str, Any]) -> Cause:
+    """A misrouted result (the path verdict's) with what chose the device that carried it (misroute.py)."""
+    path = member(rec, "path")
+    verdict, asked = path.get("verdict"), path.get("requested")
+    if verdict == "verified":
+        return Cause("route", "clear", f"the bytes took {asked}, the device asked for")
+    if verdict == "not-requested":
+        return Cause("route", "clear", "no device was asked for: whichever the bytes took is the one asked")
+    if verdict != "misrouted":
+        return Cause("route", "unchecked", f"the path is {verdict or 'not judged'}: {path.get('reason') or 'no verdict'}")
+    carriers = member(member(path, "sides"), "local").get("carriers")
+    carrier = carriers[0].get("device") if isinstance(carriers, list) and carriers and isinstance(carriers[0], Mapping) \
+        else "another device"
+    found = route_reasons(rec)
+    cost = f"the result measures {carrier}, not {asked}"
+    if not found:
+        return Cause("route", "seen", f"the bytes left by {carrier}, not {asked}; the library's report in the record "
+                     "names no setting that chose it", cost,
+                     f"`fabscope doctor --device {asked}` checks the settings that choose a device")
+    return Cause("route", "seen", "; ".join(r for r, _ in found), cost, "; ".join(dict.fromkeys(f for _, f in found)))
+
+
 def explain(rec: Mapping[str, Any], counters: Counters | None = None) -> Explanation:
     """The explanation of one ``fabscope.result`` record (with its ``path`` already attached);
     ``counters``: the record's, when the caller has parsed them already (``parse_record`` has)."""
     counters = Counters.of_record(rec) if counters is None else counters
     expected, basis, frac = _expected(rec)
     causes = (_segmentation(rec), _retransmission(rec, counters), _mtu(rec), _placement(rec), _cpu(rec),
-              _buffers(rec), _link(rec, counters))
+              _buffers(rec), _link(rec, counters), _route(rec))
     return Explanation(expected_gbps=expected, expected_basis=basis, achieved_fraction=frac, causes=causes)
