@@ -28,7 +28,7 @@ from typing import Any
 
 from ..untyped import member
 
-__all__ = ["PML_UCX_ANY", "pml_exclusion_fix", "route_reasons"]
+__all__ = ["PML_UCX_ANY", "device_matches", "pml_exclusion_fix", "route_reasons"]
 
 # Open MPI's UCX PML told to take any UCX transport and device (the fix the field notes give for
 # UCX #10049), as `fabscope run` / `suite` pass it.
@@ -39,7 +39,8 @@ _SOCKET_TLS = ("tcp", "sockets", "udp")
 def pml_exclusion_fix(source: str | None) -> str:
     """The fix for Open MPI's UCX PML excluded (`pml = ^ucx`): per run, and where the exclusion is a
     line of a parameter file, system-wide (the doctor's openmpi.pml finding says the same)."""
-    fix = f"per run: `fabscope ... {PML_UCX_ANY}` (mpirun: `--mca pml ucx`, or `export OMPI_MCA_pml=ucx`)"
+    fix = (f"per run: `fabscope ... {PML_UCX_ANY}` (mpirun: `--mca pml ucx`, or `export OMPI_MCA_pml=ucx "
+           "OMPI_MCA_pml_ucx_devices=any OMPI_MCA_pml_ucx_tls=any`)")
     if source and ":" in source and source.startswith("/"):
         fix += f"; system-wide: remove the line at {source}"
     return fix
@@ -63,7 +64,7 @@ def _device_name(asked: str) -> str:
     return asked.partition(":")[0]
 
 
-def _matches(patterns: str, asked: str) -> bool:
+def device_matches(patterns: str, asked: str) -> bool:
     """pml_ucx_devices / UCX_NET_DEVICES style: comma-separated names or globs ("mlx*"); "any"/"all"."""
     names = [p.strip() for p in patterns.split(",") if p.strip()]
     if any(p in ("any", "all") for p in names):
@@ -94,12 +95,17 @@ def _openmpi(local: Mapping[str, Any], asked: str, asked_rdma: bool, carrier: st
             out.append((f"{chose}: pml = {pml_value} ({src}) excludes the UCX PML", pml_exclusion_fix(src)))
         else:
             devices = mca.get("pml_ucx_devices")
-            if isinstance(devices, str) and devices and not _matches(devices, asked):
+            if isinstance(devices, str) and devices and not device_matches(devices, asked):
                 out.append((f"{chose}: pml_ucx_devices = {devices} ({_src(sources, 'pml_ucx_devices')}) does not "
                             f"match {_device_name(asked)}, so the UCX PML declined to run (Open MPI 4.1's default "
                             "takes only mlx* devices)",
                             f"`fabscope ... {PML_UCX_ANY}` (mpirun: `--mca pml_ucx_devices any --mca pml_ucx_tls "
                             "any`)"))
+            env_tls = env.get("UCX_TLS")
+            if isinstance(env_tls, str) and env_tls and all(t.strip() in _SOCKET_TLS for t in env_tls.lstrip("^").split(",")):
+                out.append((f"{chose}: UCX_TLS={env_tls} (environment) left the UCX PML only sockets, no transport on "
+                            f"{asked}, so it declined to run", "unset UCX_TLS (`env -u UCX_TLS fabscope ...`), or allow "
+                            "an RDMA transport: `UCX_TLS=rc_verbs,ud_verbs,self`"))
             tls = mca.get("pml_ucx_tls")
             if not out and isinstance(tls, str) and tls and tls != "any":
                 out.append((f"{chose}: pml_ucx_tls = {tls} ({_src(sources, 'pml_ucx_tls')}) may leave the UCX PML no "
@@ -120,7 +126,7 @@ def _openmpi(local: Mapping[str, Any], asked: str, asked_rdma: bool, carrier: st
     elif pml == "ucx":
         out += _ucx(member(local, "ucx"), env, asked, "pml ucx")
         devices = mca.get("pml_ucx_devices")
-        if not out and isinstance(devices, str) and devices and not _matches(devices, asked):
+        if not out and isinstance(devices, str) and devices and not device_matches(devices, asked):
             out.append((f"pml_ucx_devices = {devices} ({_src(sources, 'pml_ucx_devices')}) does not match "
                         f"{_device_name(asked)}", f"`fabscope ... {PML_UCX_ANY}`"))
     return out
@@ -140,7 +146,7 @@ def _ucx(ucx: Mapping[str, Any], env: Mapping[str, Any], asked: str, who: str) -
         if not isinstance(value, str) or not value:
             continue
         src = f"{source}: `--ucx-tls`/`--device`" if source == "option" else str(source or "set")
-        if var == "UCX_NET_DEVICES" and not _matches(value, asked):
+        if var == "UCX_NET_DEVICES" and not device_matches(value, asked):
             out.append((f"{who}: {var}={value} ({src}) does not name {asked}; UCX's lanes: {chose}",
                         f"unset {var} (`env -u {var} fabscope ...`) or set it to {asked}"))
         elif var == "UCX_TLS" and devices and asked not in devices and _device_name(asked) not in {
