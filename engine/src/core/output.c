@@ -361,7 +361,10 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
     /* The kernel's route to the peer: the data connection's address where the backend names it
      * (tcp, rsocket), else the control connection's peer. */
     const cJSON *pa = cJSON_GetObjectItemCaseSensitive(local, "peer_address");
-    fs_route_describe(cJSON_IsString(pa) && pa->valuestring[0] ? pa->valuestring : r->spec.peer, local);
+    fs_route_describe(cJSON_IsString(pa) && pa->valuestring[0] ? pa->valuestring
+                      : r->spec.peer[0]                            ? r->spec.peer
+                                                                   : r->ctl.peer_desc,
+                      local);
     if (r->pat != FS_PAT_LAT)
         add_flow_rates(local, size, mine);
     /* The peer's transport after this size (engine.c size_phases), else as it connected. */

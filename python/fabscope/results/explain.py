@@ -20,13 +20,14 @@ from typing import Any
 
 from ..untyped import count_at, member, number_at
 from .counters import Counters, CounterSide, DeviceCounters
+from .delay import DELAY_COST, DELAY_FIX, judge_delay
 from .misroute import route_reasons
 from .pathsides import path_sides
 
 __all__ = ["CAUSES", "STATES", "Cause", "Explanation", "LatencyReference", "explain", "with_reference"]
 
 STATES = ("seen", "clear", "unchecked")
-CAUSES = ("segmentation", "retransmission", "mtu", "placement", "cpu", "buffers", "link", "route")
+CAUSES = ("segmentation", "retransmission", "mtu", "placement", "cpu", "buffers", "link", "delay", "route")
 
 # A message "ends in a tiny packet" when its last segment carries less than this share of an MSS
 # and the extra packet is at least this share of the packets per message. 64 KiB over MSS 1448:
@@ -967,6 +968,12 @@ def with_reference(expl: Explanation, p50_us: float, found: LatencyReference | N
                    reference_sought=True)
 
 
+def _delay(rec: Mapping[str, Any]) -> Cause:
+    """Queueing delay on the path (delay.py decides): the round trip against the path's own floor."""
+    state, evidence = judge_delay(rec, _senders(rec))
+    return Cause("delay", state, evidence, DELAY_COST if state == "seen" else None, DELAY_FIX if state == "seen" else None)
+
+
 def _route(rec: Mapping[str, Any]) -> Cause:
     """A misrouted result (the path verdict's) with what chose the device that carried it (misroute.py)."""
     path = member(rec, "path")
@@ -995,5 +1002,5 @@ def explain(rec: Mapping[str, Any], counters: Counters | None = None) -> Explana
     counters = Counters.of_record(rec) if counters is None else counters
     expected, basis, frac = _expected(rec)
     causes = (_segmentation(rec), _retransmission(rec, counters), _mtu(rec), _placement(rec), _cpu(rec),
-              _buffers(rec), _link(rec, counters), _route(rec))
+              _buffers(rec), _link(rec, counters), _delay(rec), _route(rec))
     return Explanation(expected_gbps=expected, expected_basis=basis, achieved_fraction=frac, causes=causes)
