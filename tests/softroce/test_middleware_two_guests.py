@@ -269,3 +269,46 @@ def test_bench_beside_the_peers_measures_both_tools(cases: dict[str, dict[str, A
         assert len(r["peer_all"]) == 3 and len(r["sandwich_ratios"]) + len(r["sandwich_left_out"]) == 2, r
         assert "path verified" in (r["carried_by"] or ""), r
     assert "| ucx_tag_lat | ucx_perftest tag_lat | p50 us |" in b.render(list(rows.values()))
+
+
+# ---- issue 51: the suite builds only rows that can run; each misroute and planted setting says why
+
+
+def test_suite_with_default_backends_runs_tcp_behind_rxe0_and_fails_no_row(cases: dict[str, dict[str, Any]]) -> None:
+    rows = _rows(cases)
+    assert not [label for label, row in rows.items() if row["path"] == "FAILED"], rows
+    assert not [n for n in cases["suite"]["summary"]["notes"] if "FAILED" in n], cases["suite"]["summary"]["notes"]
+    tcp = rows["tcp send (eth0, behind rxe0)"]
+    assert tcp["path"] == "verified" and tcp["carried_by"] == "tcp via eth0", tcp
+    assert "ucx tag (ucx-tls tcp, eth0, behind rxe0)" in rows, sorted(rows)
+
+
+def test_suite_default_openmpi_row_names_the_setting_that_chose_ob1(cases: dict[str, dict[str, Any]]) -> None:
+    row = _rows(cases)["mpi send (openmpi, device rxe0:1)"]
+    assert row["path"] == "misrouted" and "route" in row["causes_seen"], row
+    line = next(w for w in row["why"] if "route:" in w)
+    # Debian's exclusion, with the file and line Open MPI read it from (the doctor names the same line).
+    assert "pml = ^ucx (/etc/openmpi/openmpi-mca-params.conf:" in line and "--mca pml=ucx" in line, line
+    assert "route" in cases["suite"]["stdout"] and "openmpi-mca-params.conf:" in cases["suite"]["stdout"]
+    for label in ("mpi send (openmpi, pml ucx, device rxe0:1)", "tcp send (eth0, behind rxe0)"):
+        assert "route" not in _rows(cases)[label]["causes_seen"], _rows(cases)[label]
+
+
+def test_planted_pml_ucx_devices_names_itself(cases: dict[str, dict[str, Any]]) -> None:
+    case = cases["mpi_pml_ucx_devices_mlx"]
+    assert case["rc"] == 5 and case["records"], case
+    for rec in case["records"]:
+        (route,) = [c for c in rec["explanation"]["causes"] if c["cause"] == "route"]
+        assert route["state"] == "seen" and "pml_ucx_devices = mlx* (default) does not match rxe0" in route["evidence"]
+        assert "--mca pml_ucx_devices=any" in route["fix"], route
+
+
+@pytest.mark.parametrize(("name", "exit_code", "names"), [
+    ("ucx_tls_tcp_on_rxe", 6, "UCX_TLS=tcp"),
+    ("fi_provider_tcp_asked_verbs", 2, "FI_PROVIDER='tcp' in the environment"),
+])
+def test_planted_library_settings_fail_naming_the_setting(cases: dict[str, dict[str, Any]], name: str,
+                                                          exit_code: int, names: str) -> None:
+    case = cases[name]
+    assert case["rc"] == exit_code and not case["records"], case
+    assert names in case["stderr"], case["stderr"]

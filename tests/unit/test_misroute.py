@@ -67,3 +67,23 @@ def test_a_netns_misroute_without_a_library_reason_still_says_so() -> None:
     cause = _route(res)
     assert cause.seen and "names no setting that chose it" in cause.evidence
     assert cause.fix is not None and "fabscope doctor --device fabric0" in cause.fix
+
+
+def test_html_report_says_why_under_the_misrouted_line() -> None:
+    from fabscope.report.html import ReportInput, render_html
+
+    got = load_file(RECORDS / "softroce-suite-rxe0-openmpi-default-and-pml-ucx.jsonl")
+    page = render_html(ReportInput(got, title="guests"))
+    misrouted_line = page.index("MISROUTED: mpi send")
+    why = page.index("why: route: Open MPI ran pml ob1", misrouted_line)
+    assert "openmpi-mca-params.conf:69" in page[why:why + 600]
+
+
+def test_matrix_misrouted_pair_says_why() -> None:
+    from fabscope.matrix.findings import misrouted
+    from fabscope.results.matrix import Measurement
+
+    (res, *_) = [r for r in load_file(RECORDS / "softroce-mpi-pml-ucx-devices-mlx.jsonl") if r.misrouted]
+    (finding,) = misrouted([Measurement("client", "server", "bw", 0.5, verdict="misrouted", result=res)])
+    assert "why: route: Open MPI ran pml ob1" in finding.summary and "pml_ucx_devices = mlx*" in finding.summary
+    assert finding.evidence["why"] and "--mca pml_ucx_devices=any" in finding.evidence["why"][0]
