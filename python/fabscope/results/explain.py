@@ -87,6 +87,12 @@ NETDEV_LOSS_COUNTERS = ("rx_dropped", "tx_dropped", "rx_errors", "tx_errors", "r
                         "rx_crc_errors")
 
 
+# A result below this share of its expected ceiling (or its reference) with no cause seen is said to
+# be unexplained, in words, with the checks' strongest signals (the causes that read the path).
+UNEXPLAINED_BELOW = 0.5
+SIGNAL_CAUSES = ("delay", "retransmission", "cpu", "buffers", "link")
+
+
 @dataclass(frozen=True)
 class Cause:
     """One cause, checked: ``state`` is seen, clear or unchecked; ``evidence`` says what shows it
@@ -182,10 +188,25 @@ class Explanation:
         return f"{len(self.clear)} checks clear" + (f", {len(self.unchecked)} unchecked" if self.unchecked else "")
 
     def why_lines(self) -> list[str]:
-        """The text lines (without "# why: ") for this record: one per seen cause, else a count."""
+        """The text lines (without "# why: ") for this record: one per seen cause, else what is left
+        unexplained (far below its ceiling or reference), else a count."""
         if not self.seen:
-            return [self.summary()]
+            return [self.unexplained() or self.summary()]
         return [c.why_line() for c in self.seen]
+
+    def unexplained(self) -> str | None:
+        """Said in words when the result is far below its expected ceiling or its reference
+        (UNEXPLAINED_BELOW) and no checked cause is seen: how far, and the strongest signals the
+        checks read, instead of a row of "clear". None otherwise."""
+        frac = self.achieved_fraction
+        if self.seen or frac is None or frac <= 0 or frac >= UNEXPLAINED_BELOW:
+            return None
+        what = (f"its expected ceiling of {_gbps(self.expected_gbps)} Gb/s" if self.expected_gbps
+                else "its reference p50" if self.reference else "what was expected")
+        signals = [f"{c.cause}: {c.evidence.split('; ')[0]}" for name in SIGNAL_CAUSES for c in self.causes
+                   if c.cause == name and c.state != "unchecked"][:3]
+        return (f"{1 / frac:.1f} x below {what} ({self.expected_basis}); no checked cause explains it"
+                + (f"; the strongest signals were: {'; '.join(signals)}" if signals else ""))
 
     def expected_line(self) -> str:
         """The ``# expected:`` text of a latency result whose reference was sought: the basis, and
@@ -197,7 +218,7 @@ class Explanation:
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": 1, "expected_gbps": self.expected_gbps, "expected_basis": self.expected_basis,
-                "achieved_fraction": self.achieved_fraction,
+                "achieved_fraction": self.achieved_fraction, "unexplained": self.unexplained(),
                 "reference": self.reference.to_json() if self.reference else None,
                 "causes": [c.to_json() for c in self.causes]}
 

@@ -1,0 +1,34 @@
+"""A result far below its expected ceiling with no cause seen says so in words, with the strongest
+signals the checks read, instead of a row of "clear" (results/explain.py, Explanation.unexplained).
+Real records: the tcp row of the two-guest suite (eth0 reports 10 Gb/s; TCG moves ~0.17 Gb/s)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fabscope.report.render import labelled_why_lines, render_text
+from fabscope.results.model import load_file
+
+RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "records"
+
+
+def test_far_below_the_ceiling_with_nothing_seen_is_said_in_words() -> None:
+    bw = [r for r in load_file(RECORDS / "softroce-suite-rxe0-tcp-behind.jsonl") if r.pattern == "bw"]
+    assert bw
+    for res in bw:
+        expl = res.explanation
+        assert expl is not None and not expl.seen and expl.achieved_fraction is not None
+        text = expl.unexplained()
+        assert text is not None
+        assert text.startswith(f"{1 / expl.achieved_fraction:.1f} x below its expected ceiling of 9.41 Gb/s")
+        assert "no checked cause explains it; the strongest signals were: retransmission: " in text
+        assert expl.to_json()["unexplained"] == text
+        assert labelled_why_lines("tcp", res) == [f"why (tcp {res.size} B): {text}"]
+    assert "# why (65536 B): 56.2 x below its expected ceiling" in render_text(bw)
+
+
+def test_a_result_near_its_ceiling_or_without_one_is_not_called_unexplained() -> None:
+    lat = [r for r in load_file(RECORDS / "softroce-suite-rxe0-tcp-behind.jsonl") if r.pattern == "lat"]
+    assert lat and all(r.explanation is not None and r.explanation.unexplained() is None for r in lat)
+    (loop, *_) = load_file(RECORDS / "tcp-send-bw-loopback.jsonl")  # lo: no link rate, no ceiling
+    assert loop.explanation is not None and loop.explanation.unexplained() is None
