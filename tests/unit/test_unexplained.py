@@ -32,3 +32,28 @@ def test_a_result_near_its_ceiling_or_without_one_is_not_called_unexplained() ->
     assert lat and all(r.explanation is not None and r.explanation.unexplained() is None for r in lat)
     (loop, *_) = load_file(RECORDS / "tcp-send-bw-loopback.jsonl")  # lo: no link rate, no ceiling
     assert loop.explanation is not None and loop.explanation.unexplained() is None
+
+
+def test_bandwidth_reference_from_the_history_is_what_expected_means_without_a_link_rate(tmp_path: Path) -> None:
+    from conftest import fabscope
+    from fabscope.store import open_store
+
+    db = tmp_path / "h.db"
+    (best,) = load_file(RECORDS / "tcp-send-bw-loopback.jsonl")  # a real loopback bw record, 64 KiB
+    with open_store(db) as store:
+        store.add_run("run", ["fabscope", "run"], [best], tag="base")
+    out = fabscope("run", "--loopback", "--pattern", "bw", "--sizes", "64K", "--iters", "200", "--store", str(db),
+                   "--reference", "base", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    import json
+
+    (rec,) = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    ref = rec["explanation"]["bandwidth_reference"]
+    assert ref["named"] == "base" and ref["gbps"] == best.bandwidth.gbps  # type: ignore[union-attr]
+    frac = rec["explanation"]["achieved_fraction"]
+    assert frac == round(float(f"{rec['bandwidth_gbps'] / ref['gbps']:.4g}"), 4)
+    assert "the reference named (--reference base)" in rec["explanation"]["expected_basis"]
+    # A named reference without the case is exit 2, never a silent fall back.
+    bad = fabscope("run", "--loopback", "--pattern", "bw", "--sizes", "1M", "--iters", "50", "--store", str(db),
+                   "--reference", "base")
+    assert bad.returncode == 2 and "holds no result of this case" in bad.stderr, bad.stderr
