@@ -29,27 +29,15 @@ FABSCOPE: list[tuple[str, list[str], dict[str, str]]] = [
                       "--timeout", "20"], {}),
     ("ofi_msg", [*PEER, "--backend", "ofi", "--provider", "verbs", "--ofi-ep", "msg", "--device", "rxe0",
                  "--timeout", "60"], {}),
-    # Planted (issue 51), each naming its own cause: Open MPI with the pml exclusion lifted but
-    # pml_ucx_devices at its default mlx* (misrouted, the parameter named); UCX_TLS=tcp with an RDMA
-    # port asked (UCX finds no transport: the failure names both); FI_PROVIDER=tcp with --provider
-    # verbs asked (refused, naming the variable).
-    ("mpi_pml_ucx_devices_mlx", ["--hosts", "client,server", "--backend", "mpi", "--device", "rxe0:1", "--mca",
-                                 "pml=ob1,ucx", "--pattern", "bw", "--iters", "30", "--timeout", "60"], {}),
-    ("ucx_tls_tcp_on_rxe", [*PEER, "--backend", "ucx", "--op", "tag", "--device", "rxe0:1", "--timeout", "20"],
-     {"UCX_TLS": "tcp"}),
-    ("fi_provider_tcp_asked_verbs", [*PEER, "--backend", "ofi", "--provider", "verbs", "--device", "rxe0",
-                                     "--timeout", "20"], {"FI_PROVIDER": "tcp"}),
     # Last: this client fails before it connects, so serve's engine waits out its deadline.
     ("ofi_rxm_universe_256", [*PEER, "--backend", "ofi", "--provider", "verbs;ofi_rxm", "--device", "rxe0",
                               "--timeout", "20"], {"FI_UNIVERSE_SIZE": "256"}),
 ]
-# The two-host suite on rxe0 with its default backends, as a new user runs it: tcp (and UCX's tcp,
-# libfabric's socket providers) on eth0, the netdev behind rxe0; verbs, rsocket, UCX (rc_verbs with
-# ud_verbs:aux, ud_verbs), libfabric (verbs, RDM through ofi_rxm) against the serve, and the MPI rows
-# across the guests (Open MPI's default, which the field report is about, Open MPI pml ucx, MPICH
-# ch4:ucx), each asked for rxe0 (UCX: rxe0:1).
+# The two-host suite on rxe0: verbs, UCX (rc_verbs with ud_verbs:aux, ud_verbs), libfabric (verbs, RDM
+# through ofi_rxm) against the serve, and the MPI rows across the guests (Open MPI's default, which the
+# field report is about, Open MPI pml ucx, MPICH ch4:ucx), each asked for rxe0 (UCX: rxe0:1).
 SUITE = ["fabscope", "suite", "--peer", "peer", "--hosts", "client,server", "--quick", "--no-store",
-         "--timeout", "60", "--device", "rxe0"]
+         "--timeout", "60", "--device", "rxe0", "--backends", "verbs,ucx,ofi,mpi"]
 # The same transports over TCP on the same two hosts (the field report's comparison: MPI/UCX over
 # RoCE against TCP), each asked for eth0 and verified there.
 SUITE_TCP = [*SUITE[:SUITE.index("--device")], "--device", "eth0", "--backends", "ucx,ofi,mpi"]
