@@ -492,9 +492,12 @@ class Store:
 
 
 def _is_damage(exc: sqlite3.Error) -> bool:
-    """SQLITE_CORRUPT (pages overwritten) and SQLITE_NOTADB (not a database at all)."""
+    """SQLITE_CORRUPT (pages overwritten), SQLITE_NOTADB (not a database at all), and a record's text
+    that no longer decodes (an overwritten page inside a stored record: Python's sqlite3 says
+    "Could not decode to UTF-8 column ...")."""
     name = getattr(exc, "sqlite_errorname", "")
-    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in str(exc)
+    return (name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "malformed" in str(exc)
+            or "Could not decode to UTF-8" in str(exc))
 
 
 def open_store(path: str | Path | None = None, *, readonly: bool = False) -> Store:

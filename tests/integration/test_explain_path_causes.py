@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.netns, nh.needs_root]
 ENV = {"PYTHONPATH": str(REPO / "python"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 PORT = 18515
 # A shaper whose queue holds seconds of data: TCP fills it without a loss, and every round trip waits.
-DEEP_QUEUE = ["tbf", "rate", "50mbit", "burst", "32kb", "limit", "16mb"]
+DEEP_QUEUE = ["tbf", "rate", "5mbit", "burst", "32kb", "limit", "16mb"]
 
 
 def _fabscope(*args: str) -> list[str]:
@@ -71,7 +71,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[i
             run("clean", *bw)
             run("clean_ucx", *ucx, *bw)
             subprocess.run(["tc", "-n", "fs-a", "qdisc", "replace", "dev", "fabric0", "root", *DEEP_QUEUE], check=True)
-            run("deep_queue", *bw)
+            run("deep_queue", "--pattern", "bw", "--sizes", "512K", "--iters", "10", "--warmup", "2")
             subprocess.run(["tc", "-n", "fs-a", "qdisc", "del", "dev", "fabric0", "root"], check=True)
             subprocess.run(netns.ns_exec_argv("fs-a", ["ip", "route", "add", f"{netns.fabric_ip('fs-b')}/32", "via",
                                                        netns.mgmt_ip("fs-b"), "dev", "mgmt0"]), check=True)

@@ -57,3 +57,16 @@ def test_bandwidth_reference_from_the_history_is_what_expected_means_without_a_l
     bad = fabscope("run", "--loopback", "--pattern", "bw", "--sizes", "1M", "--iters", "50", "--store", str(db),
                    "--reference", "base")
     assert bad.returncode == 2 and "holds no result of this case" in bad.stderr, bad.stderr
+
+
+def test_delay_reads_the_round_trip_against_the_paths_floor() -> None:
+    (deep,) = load_file(RECORDS / "netns-tcp-bw-deep-queue.jsonl")
+    (clean,) = load_file(RECORDS / "netns-tcp-bw-clean-round-trip.jsonl")
+    assert deep.explanation is not None and clean.explanation is not None
+    delay = next(c for c in deep.explanation.causes if c.cause == "delay")
+    assert delay.seen and "round trip 23,396 us at the end of the run against 15 us at its lowest" in delay.evidence
+    assert "23,381 us of each round trip waited in a queue" in delay.evidence and "rate <= window / round trip" in \
+        delay.evidence
+    assert delay.fix is not None and "tc -s qdisc show" in delay.fix
+    assert [c.cause for c in clean.explanation.seen] == []  # the same path without the queue names nothing
+    assert next(c for c in clean.explanation.causes if c.cause == "delay").state == "clear"

@@ -18,12 +18,13 @@ from ..untyped import count_at, member
 
 __all__ = ["DELAY_COST", "DELAY_FIX", "DELAY_MIN_QUEUE_US", "DELAY_RATIO", "judge_delay"]
 
-# Named from this factor over the path's own floor AND this much queueing: a loaded loopback shows
-# 466 us against a 4 us floor (two engines and the other engineers' builds on 2 CPUs), a netns link
-# 24 us clean; a shaped path with a deep queue showed 12,369 us (issue 51). Below a few
-# milliseconds a round trip is the host's scheduling, not a queue on the path.
+# Named from this factor over the path's own floor AND this much queueing. Measured on the shared
+# 2-CPU build machine under load: a clean netns veth stream 4,907 us against a 6 us floor (the
+# host's scheduling: the ACKs wait for a CPU), a loopback one 5,123 us; a tbf queue of 16 MB at
+# 50 Mbit/s 34,729 us against 9 us, and issue 51's shaped path 12,369 us against 24 us. Below
+# 10 ms a round trip here cannot be told from a busy host's scheduling.
 DELAY_RATIO = 10.0
-DELAY_MIN_QUEUE_US = 5000
+DELAY_MIN_QUEUE_US = 10_000
 
 DELAY_COST = ("rate <= window / round trip: each multiple of the round trip divides what the same window "
               "carries by as much")
