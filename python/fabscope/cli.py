@@ -153,7 +153,8 @@ def _reference_lookup(ns: argparse.Namespace, keep: Recorder | None) -> Any:
 
     op = getattr(ns, "eng:op", None)
     return ReferenceLookup.open(keep.store if keep else None, ns.reference,
-                                backend=str(getattr(ns, "eng:backend", "tcp")), op=str(op) if op else None)
+                                backend=str(getattr(ns, "eng:backend", "tcp")), op=str(op) if op else None,
+                                pattern=str(getattr(ns, "eng:pattern", "lat")))
 
 
 def _plan(ns: argparse.Namespace, key: Any) -> Any:
@@ -281,10 +282,6 @@ def _check_run(ns: argparse.Namespace) -> None:
     from .engine import validate_args
 
     backend = str(getattr(ns, "eng:backend", "tcp"))
-    pattern = str(getattr(ns, "eng:pattern", "lat"))
-    _refuse(["--reference"] if ns.reference and pattern != "lat" else [],
-            "latency runs (--pattern lat: a bandwidth result has its ceiling, not a reference)",
-            f"--pattern {pattern}", "")
     given_mpi = [flag for flag, value in (("--mpi", ns.mpi), ("--launcher", ns.launcher), ("--mca", ns.mca),
                                           ("--env", ns.env), ("--hosts", ns.hosts), ("--ppn", ns.ppn)) if value]
     from .collective_cli import check_collective
@@ -526,10 +523,11 @@ def _fill_run(run: Parser, with_engine: bool) -> None:
         _add_engine_options(run, option_table())
     history.add_store_options(run)
     run.add_argument("--reference", metavar="TAG|RUN", type=argtypes.text(200), default=None,
-                     help="latency runs: the reference each size's p50 is measured against (explanation."
-                          "achieved_fraction, the '# expected:' line): that stored run's p50 of the same case (hosts, "
-                          "backend, op, size), or the median of a tag's runs; a run or tag without the case is an "
-                          "error (default: the best p50 of every earlier run of the case in the history, read "
+                     help="the reference each size is measured against (latency: its p50; bandwidth: its Gb/s, "
+                          "which is what 'expected' means where no link rate is known) (explanation.achieved_fraction, "
+                          "the '# expected:' line): that stored run's figure of the same case (hosts, backend, op, "
+                          "pattern, size), or the median of a tag's runs; a run or tag without the case is an "
+                          "error (default: the best of every earlier run of the case in the history, read "
                           "even with --no-store)")
     run.set_defaults(func=_run, check=_check_run)
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from .errors import EXIT_USAGE, FabscopeError
 from .results import Result
-from .results.explain import LatencyReference, with_reference
+from .results.explain import BandwidthReference, LatencyReference, with_bandwidth_reference, with_reference
 from .store import Filters, Store, default_path, open_store
 
-__all__ = ["NamedReference", "ReferenceLookup", "find_reference", "resolve_named"]
+__all__ = ["NamedReference", "ReferenceLookup", "find_bandwidth_reference", "find_reference", "resolve_named"]
 
 # At most this many runs are listed when a --reference names nothing usable.
 LISTED_RUNS = 8
@@ -59,6 +59,51 @@ def _p50s_by_run(store: Store, result: Result, run_ids: tuple[int, ...] | None,
     return out
 
 
+def _gbps_by_run(store: Store, result: Result, run_ids: tuple[int, ...] | None,
+                 exclude_run: int | None) -> dict[int, float]:
+    """run id -> the case's bandwidth in that run (several results of the case in one run: the best)."""
+    filters = Filters(backend=result.backend, op=result.op, pattern=result.pattern, size=result.size)
+    out: dict[int, float] = {}
+    for run_id, stored in store.results_by_run(list(run_ids) if run_ids is not None else None, filters):
+        gbps = stored.bandwidth.gbps if stored.bandwidth else None
+        if run_id == exclude_run or not gbps or stored.misrouted or not _same_case(stored, result):
+            continue
+        out[run_id] = max(out.get(run_id, gbps), gbps)
+    return out
+
+
+def find_bandwidth_reference(store: Store, result: Result, *, exclude_run: int | None = None,
+                             named: NamedReference | None = None) -> BandwidthReference | None:
+    """A bandwidth result's reference, as ``find_reference`` for latency: the best (highest) Gb/s of
+    the case over the stored runs, or the named run's / the median of the named runs'. None: no
+    earlier run of the case (default only; a named reference without it is exit 2)."""
+    if result.bandwidth is None or not result.bandwidth.gbps:
+        return None
+    by_run = _gbps_by_run(store, result, named.run_ids if named else None, exclude_run)
+    if named is None:
+        if not by_run:
+            return None
+        best = max(by_run, key=lambda i: (by_run[i], i))
+        info = store.run(best)
+        return BandwidthReference(gbps=by_run[best], run_id=best, run_ids=(best,), tag=info.tag, when=info.started_at,
+                                  runs_considered=len(by_run))
+    if not by_run:
+        many = len(named.run_ids) > 1
+        raise FabscopeError(
+            f"--reference {named.spec}: run{'s' if many else ''} {', '.join(map(str, named.run_ids))} in {store.path} "
+            f"hold{'' if many else 's'} no result of this case ({result.backend} {result.op} {result.pattern} "
+            f"{result.size} B over {result.transport.label}). Name a run or tag of the same hosts, backend, op, "
+            "pattern and size, or leave --reference out (the best earlier run of the case)", EXIT_USAGE)
+    ids = tuple(sorted(by_run))
+    infos = [store.run(i) for i in ids]
+    tags = {i.tag for i in infos}
+    when = infos[0].started_at if len(ids) == 1 else f"{infos[0].started_at}..{infos[-1].started_at}"
+    return BandwidthReference(gbps=float(statistics.median(by_run[i] for i in ids)),
+                              run_id=ids[0] if len(ids) == 1 else None, run_ids=ids,
+                              tag=tags.pop() if len(tags) == 1 else None, when=when, runs_considered=len(ids),
+                              named=named.spec)
+
+
 def _listing(store: Store, filters: Filters) -> str:
     """The runs of the store a user could name instead (newest first), and its tags."""
     runs = store.runs(filters, limit=LISTED_RUNS)
@@ -68,12 +113,12 @@ def _listing(store: Store, filters: Filters) -> str:
     return shown + (" ..." if len(runs) == LISTED_RUNS else "")
 
 
-def resolve_named(store: Store, spec: str, *, backend: str, op: str | None) -> NamedReference:
+def resolve_named(store: Store, spec: str, *, backend: str, op: str | None, pattern: str = "lat") -> NamedReference:
     """``--reference TAG|RUN`` against the store, before anything is measured: a run id, latest,
     latest~N or a tag (``Store.run_ids_for``) whose runs hold latency results of this backend (and
     op, when given). Anything else is a usage error (exit 2) naming what was asked and what exists."""
-    lat = Filters(backend=backend, op=op, pattern="lat")
-    what = f"{backend}{f' {op}' if op else ''} latency"
+    lat = Filters(backend=backend, op=op, pattern=pattern)
+    what = f"{backend}{f' {op}' if op else ''} {'latency' if pattern == 'lat' else pattern}"
     try:
         run_ids = tuple(store.run_ids_for(spec))
     except FabscopeError as exc:
@@ -141,7 +186,8 @@ class ReferenceLookup:
         self.missing: list[str] = []
 
     @classmethod
-    def open(cls, writing: Store | None, spec: str | None, *, backend: str, op: str | None) -> ReferenceLookup:
+    def open(cls, writing: Store | None, spec: str | None, *, backend: str, op: str | None,
+             pattern: str = "lat") -> ReferenceLookup:
         """``writing``: the store this run writes to (None: --no-store, so the default store is read,
         if there is one). A history that cannot be read is an error with ``spec`` given (the user
         named a run in it) and otherwise said in each result's basis."""
@@ -157,7 +203,7 @@ class ReferenceLookup:
         named = None
         if spec is not None and store is not None:
             try:
-                named = resolve_named(store, spec, backend=backend, op=op)
+                named = resolve_named(store, spec, backend=backend, op=op, pattern=pattern)
             except FabscopeError:
                 if owned:
                     store.close()
@@ -168,8 +214,10 @@ class ReferenceLookup:
         """The result with its reference in its explanation (and in the record's ``explanation``,
         which the JSON output and the store carry); ``run_id``: this run's id in the store, if it
         has one yet (excluded). A non-latency result is returned as it is."""
-        if result.pattern != "lat" or result.latency is None or result.explanation is None:
+        if result.explanation is None:
             return result
+        if result.pattern != "lat" or result.latency is None:
+            return self._attach_bandwidth(result, run_id)
         unread = self.unread
         found = None
         if self.store is not None:
@@ -182,6 +230,24 @@ class ReferenceLookup:
                     self.missing.append(exc.message)  # the run fails after the results are shown
                 unread = exc.message  # a damaged record in the store: said in the basis, not fatal
         expl = with_reference(result.explanation, result.latency.p50, found, str(self.path), unread)
+        return replace(result, explanation=expl, raw=dict(result.raw, explanation=expl.to_json()))
+
+    def _attach_bandwidth(self, result: Result, run_id: int | None) -> Result:
+        """A bandwidth result with its reference from the history (a named one that lacks the case:
+        the run fails after every size is shown, as for latency)."""
+        if result.bandwidth is None or not result.bandwidth.gbps or result.explanation is None:
+            return result
+        unread, found = self.unread, None
+        if self.store is not None:
+            try:
+                found = find_bandwidth_reference(self.store, result, exclude_run=run_id, named=self.named)
+            except FabscopeError as exc:
+                if exc.exit_code != EXIT_USAGE:
+                    raise
+                if self.named is not None:
+                    self.missing.append(exc.message)
+                unread = exc.message
+        expl = with_bandwidth_reference(result.explanation, result.bandwidth.gbps, found, str(self.path), unread)
         return replace(result, explanation=expl, raw=dict(result.raw, explanation=expl.to_json()))
 
     def close(self) -> None:

@@ -56,15 +56,26 @@ class Transport:
     mpi: str | None = None
     mca: tuple[tuple[str, str], ...] = ()  # Open MPI selection (the MPI rows)
     preload: str | None = None  # tcp under librspreload: the RDMA device the verdict judges (rspreload.py)
+    behind: str | None = None  # a socket row on the netdev behind this RDMA device (--device of an RDMA device)
 
     @property
     def table_label(self) -> str:
         """The name the comparison gives this transport's records (report.figures.transport_label)."""
+        return self._named(with_behind=False)
+
+    @property
+    def shown_label(self) -> str:
+        """The row's name in the table: its records' name, and for a socket row run on the netdev
+        behind an RDMA device, that device too ("tcp send (eth0, behind rxe0)")."""
+        return self._named(with_behind=True)
+
+    def _named(self, with_behind: bool) -> str:
         if self.preload:
             return make_label(PRELOAD_LABEL, self.op, "")
         shown = [f"{k} {v}" for o in self.options for k, _, v in [o[2:].partition("=")]
                  if k in ("ucx-tls", "provider", "domain")]
-        shown += [f"device {o.partition('=')[2]}" for o in self.options if o.startswith("--device=")]
+        devices = [o.partition("=")[2] for o in self.options if o.startswith("--device=")]
+        shown += [f"{d}, behind {self.behind}" if with_behind and self.behind else f"device {d}" for d in devices]
         parts = [self.mpi] if self.mpi else []
         parts += [f"pml {v}" for k, v in self.mca if k == "pml"]
         return make_label(self.backend, self.op, ", ".join(parts + shown))
@@ -94,6 +105,36 @@ def _ucx_names(inv: inventory.EngineInventory, device: str) -> set[str]:
     UCX lists of that RDMA device (rxe0 -> rxe0:1); empty when UCX knows neither."""
     names = {r.device for r in inv.ucx.resources if r.device_type == "net"}
     return {device} if device in names else {n for n in names if n.partition(":")[0] == device and ":" in n}
+
+
+def _ofi_cores(inv: inventory.EngineInventory, device: str | None) -> list[str]:
+    """One libfabric provider per core provider that reaches other hosts (on `device` when given):
+    "tcp" and "tcp;ofi_rxm" are the same wire (the engine layers the core name itself when the
+    endpoint needs it)."""
+    cores: dict[str, str] = {}
+    for p in inv.ofi.provider_names:
+        core = p.split(";")[0]
+        if core not in HOST_LOCAL_PROVIDERS and (not device or device in inv.ofi.domains_of(p)):
+            cores[core] = core if core in inv.ofi.provider_names else cores.get(core, p)
+    return list(cores.values())
+
+
+def netdev_behind(inv: inventory.EngineInventory, device: str) -> tuple[str | None, str | None]:
+    """The netdev behind an RDMA device (its port's, as the inventory reads it from the GID table or
+    the device's parent), for the rows that run over sockets: (netdev, None); (None, why) when the
+    device has none; (device, None) when `device` is not an RDMA device (a netdev, given as it is).
+    `device` may name a port, "rxe0:1"."""
+    name, _, port = device.partition(":")
+    dev = inv.verbs.device(name) if inv.verbs.ok else None
+    if dev is None:
+        return device, None
+    ports = [p for p in dev.ports if not port or str(p.port) == port]
+    netdevs = list(dict.fromkeys(p.netdev for p in ports if p.netdev))
+    if netdevs:
+        return netdevs[0], None
+    return None, (f"--device {device} is an RDMA device with no netdev behind it (the inventory names none for "
+                  f"its port{'s' if len(ports) != 1 else ''}: InfiniBand without IPoIB?), so the rows that run "
+                  "over sockets have no interface to use; give a netdev with --device to measure them")
 
 
 def _verbs_rows(inv: inventory.EngineInventory, device: str | None) -> tuple[list[Transport], str | None]:
@@ -147,8 +188,14 @@ def transports(inv: inventory.EngineInventory, device: str | None, with_mpi: boo
     # UCX (and MPI over it) names an RDMA device by its ports, "rxe0:1": --device rxe0 means those.
     ucx_devs = _ucx_names(inv, device) if device else set()
     ucx_dev = (f"--device={','.join(sorted(ucx_devs))}",) if ucx_devs else dev
+    # Sockets (tcp, UCX's tcp, libfabric's socket providers) run on the netdev behind an RDMA device.
+    netdev, no_netdev = netdev_behind(inv, device) if device else (None, None)
+    behind = device if device and netdev and netdev != device else None
     if with_peer:
-        rows.append(Transport("tcp", "send", dev))
+        if netdev or not device:
+            rows.append(Transport("tcp", "send", (f"--device={netdev}",) if netdev else (), behind=behind))
+        else:
+            notes.append(f"tcp send: not in this table: {no_netdev}")
         verbs, why = _verbs_rows(inv, device)
         rows += verbs
         notes += [why] if why else []
@@ -157,21 +204,22 @@ def transports(inv: inventory.EngineInventory, device: str | None, with_mpi: boo
             net = sorted({r.transport for r in inv.ucx.resources
                           if r.device_type == "net" and (not device or r.device in ucx_devs)})
             rows += [Transport("ucx", "tag", (f"--ucx-tls={_ucx_tls(t, net)}", *ucx_dev)) for t in net]
+            if behind:
+                socket_tls = sorted({r.transport for r in inv.ucx.resources if r.device_type == "net"
+                                     and r.device == netdev and r.transport not in net})
+                rows += [Transport("ucx", "tag", (f"--ucx-tls={t}", f"--device={netdev}"), behind=behind)
+                         for t in socket_tls]
             if not net:
                 notes.append(f"ucx: no network transport on {device or 'any device'} (UCX offers "
                              f"{', '.join(sorted({r.transport + '/' + r.device for r in inv.ucx.resources}))})")
         else:
             notes.append(inv.ucx.describe("ucx"))
         if inv.ofi.ok:
-            # One row per core provider: "tcp" and "tcp;ofi_rxm" are the same wire (the engine layers
-            # the core name itself when the endpoint needs it).
-            cores: dict[str, str] = {}
-            for p in inv.ofi.provider_names:
-                core = p.split(";")[0]
-                if core not in HOST_LOCAL_PROVIDERS and (not device or device in inv.ofi.domains_of(p)):
-                    cores[core] = core if core in inv.ofi.provider_names else cores.get(core, p)
-            providers = list(cores.values())
+            providers = _ofi_cores(inv, device)
             rows += [Transport("ofi", "send", (f"--provider={p}", *dev)) for p in providers]
+            if behind and netdev:
+                rows += [Transport("ofi", "send", (f"--provider={p}", f"--device={netdev}"), behind=behind)
+                         for p in _ofi_cores(inv, netdev) if p.split(";")[0] not in {c.split(";")[0] for c in providers}]
         else:
             notes.append(inv.ofi.describe("libfabric"))
     if with_mpi:
@@ -294,12 +342,14 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
     compared = [replace(r, path=f"{r.path}; {' and '.join(unfinished[r.label])} FAILED") if r.label in unfinished
                 else r for r in comparison_rows(records, rates)]
     # A transport with no result at all still has its row: it says what became of it.
+    shown = {t.table_label: t.shown_label for t in rows}
+    compared = [replace(r, label=shown.get(r.label, r.label)) for r in compared]
     measured = {r.label for r in compared}
     for t in rows:
-        if t.table_label not in measured:
+        if t.shown_label not in measured:
             said = [line for line in failed + notes if line.startswith(f"{t.label} ")]
             what = "unsupported" if said and all(": unsupported: " in line for line in said) else "FAILED"
-            compared.append(ComparisonRow(t.table_label, None, None, None, None, None, None, "-", what))
+            compared.append(ComparisonRow(t.shown_label, None, None, None, None, None, None, "-", what))
     table = comparison_markdown(compared)
     title = f"fabscope suite {'between ' + ', '.join(hosts) if hosts else 'to ' + str(peer)}"
     print(f"# {title}: {len(records)} results in {time.monotonic() - started:.0f} s; latency = half round trip, "

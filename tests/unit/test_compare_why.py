@@ -140,9 +140,9 @@ def test_the_same_causes_on_both_sides_are_said_in_one_line(tmp_path: Path) -> N
     assert all(r.causes is not None and r.causes.differ == () for r in rows)
     whys = [line for line in render(rows, a, b, Rule()).splitlines() if line.startswith("# why")]
     assert whys == [
-        "# why: the same causes in A and B (none seen; unchecked in a run: placement, cpu, link)",
+        "# why: the same causes in A and B (none seen; unchecked in a run: placement, cpu, link, delay)",
         "# why: the same causes in A and B (segmentation seen in both; unchecked in a run: retransmission, mtu, "
-        "placement, cpu, link)",
+        "placement, cpu, link, delay)",
     ]
     js = [r.to_json() for r in rows]
     assert [j["causes_differ"] for j in js] == [[], []]

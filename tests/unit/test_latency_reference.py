@@ -154,16 +154,18 @@ def test_a_bad_reference_is_exit_2_naming_what_exists(tmp_path: Path) -> None:
         assert f"--reference {spec}: " in out.stderr and says in out.stderr, out.stderr
         assert "runs of tcp latency there: 1 (tag base) tcp send lat 8" in out.stderr, out.stderr
     out = fabscope("run", "--loopback", "--pattern", "bw", "--store", str(db), "--reference", "base")
-    assert out.returncode == 2 and "--reference applies only to latency runs" in out.stderr, out.stderr
+    # A bandwidth run has a reference too (issue 51): one that holds no such case is refused the same way.
+    assert out.returncode == 2 and "holds no tcp bw results" in out.stderr, out.stderr
 
 
-def test_a_bandwidth_record_is_unaffected(tmp_path: Path) -> None:
+def test_a_bandwidth_record_gets_no_latency_reference(tmp_path: Path) -> None:
     (bw,) = load_file(RECORDS / "tcp-send-bw-loopback.jsonl")
     with open_store(tmp_path / "h.db") as store:
         add(store, [bw, tcp_lat(9.0)])
         assert find_reference(store, bw) is None
         got = ReferenceLookup.open(store, None, backend="tcp", op=None).attach(bw, run_id=None)
-    assert got is bw
+    assert got.explanation is not None and got.explanation.reference is None
+    assert got.explanation.bandwidth_reference is not None  # its own case's best (issue 51)
     assert bw.explanation is not None and not bw.explanation.reference_sought and bw.explanation.reference is None
     assert "# expected" not in render_text([bw])
 

@@ -417,6 +417,17 @@ static void describe_ompi(struct mpib *m, cJSON *o, cJSON *noeff)
     add_cvar(mca, "pml_ucx_tls");
     add_cvar(mca, "pml_ucx_devices");
     add_cvar(mca, "btl_tcp_if_include");
+    add_cvar(mca, "btl_tcp_if_exclude");
+    /* Which setting chose each value: Debian's openmpi-mca-params.conf excludes pml ucx on a line
+     * of its own; a misrouted result names that line (fabscope.results.misroute). */
+    cJSON *src = cJSON_AddObjectToObject(o, "mca_sources");
+    const cJSON *item;
+    cJSON_ArrayForEach(item, mca)
+    {
+        char where[600];
+        if (cJSON_IsString(item) && fs_ompi_var_source(item->string, where, sizeof where) == 0)
+            cJSON_AddStringToObject(src, item->string, where);
+    }
     const char *ucx_vars[] = {"UCX_NET_DEVICES", "UCX_TLS", NULL};
     for (int i = 0; ucx_vars[i]; i++) {
         const char *v = getenv(ucx_vars[i]);

@@ -21,6 +21,9 @@ const char *fs_ompi_mtl(void);
 cJSON *fs_ompi_peer_btls(int peer);
 /* The peer's pml endpoint (a ucp_ep_h under pml ucx), or NULL. */
 void *fs_ompi_peer_pml_endpoint(int peer);
+/* Where the MCA parameter `name` got its value, as Open MPI recorded it: "default", "FILE:LINE",
+ * "environment OMPI_MCA_name", "command line (mpirun --mca name)"; -1 (out empty) when unknown. */
+int fs_ompi_var_source(const char *name, char *out, size_t len);
 /* Runs Open MPI's progress engine (opal_progress) up to `passes` times while req is pending, as
  * MPI_Wait does inside: no argument checks, no second look per pass. */
 void fs_ompi_progress(MPI_Request req, int passes);

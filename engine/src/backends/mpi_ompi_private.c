@@ -19,6 +19,8 @@
 #include "ompi/mca/pml/base/base.h"
 #include "ompi/proc/proc.h"
 #include "ompi/request/request.h"
+#include "opal/mca/base/mca_base_var.h"
+#include "opal/mca/base/mca_base_vari.h"
 #include "opal/runtime/opal_progress.h"
 #else
 #define FS_OMPI_KNOWN 0
@@ -95,12 +97,52 @@ void *fs_ompi_peer_pml_endpoint(int peer)
     return p ? p->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_PML] : NULL;
 }
 
+int fs_ompi_var_source(const char *name, char *out, size_t len)
+{
+    int vari = -1;
+    const mca_base_var_t *var = NULL;
+    out[0] = '\0';
+    if (mca_base_var_find_by_name(name, &vari) != OPAL_SUCCESS || vari < 0 ||
+        mca_base_var_get(vari, &var) != OPAL_SUCCESS || !var)
+        return -1;
+    switch (var->mbv_source) {
+    case MCA_BASE_VAR_SOURCE_DEFAULT:
+        snprintf(out, len, "default");
+        break;
+    case MCA_BASE_VAR_SOURCE_COMMAND_LINE:
+        snprintf(out, len, "command line (mpirun --mca %s)", name);
+        break;
+    case MCA_BASE_VAR_SOURCE_ENV:
+        snprintf(out, len, "environment OMPI_MCA_%s", name);
+        break;
+    case MCA_BASE_VAR_SOURCE_FILE: {
+        const mca_base_var_file_value_t *fv = var->mbv_file_value;
+        if (fv && fv->mbvfv_file)
+            snprintf(out, len, "%s:%d", fv->mbvfv_file, fv->mbvfv_lineno);
+        else
+            snprintf(out, len, "%s", var->mbv_source_file ? var->mbv_source_file : "a parameter file");
+        break;
+    }
+    default:
+        snprintf(out, len, "set by Open MPI at run time");
+        break;
+    }
+    return 0;
+}
+
 void fs_ompi_progress(MPI_Request req, int passes)
 {
     for (int pass = 0; pass < passes && req != MPI_REQUEST_NULL && !REQUEST_COMPLETE(req); pass++)
         opal_progress();
 }
 #else
+int fs_ompi_var_source(const char *name, char *out, size_t len)
+{
+    (void)name;
+    if (len)
+        out[0] = '\0';
+    return -1;
+}
 const char *fs_ompi_pml(void) { return NULL; }
 const char *fs_ompi_mtl(void) { return NULL; }
 cJSON *fs_ompi_peer_btls(int peer)

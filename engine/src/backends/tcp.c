@@ -340,6 +340,11 @@ static void tcp_describe(void *be, cJSON *o)
         cJSON_AddNumberToObject(o, "path_mtu", ti.tcpi_pmtu);
         /* The smoothed round trip at the end of the phase: the buffers' bandwidth-delay product. */
         cJSON_AddNumberToObject(o, "rtt_us", ti.tcpi_rtt);
+        /* The lowest round trip the connection has seen (the handshake's, or a quiet moment's): the
+         * path without queues. A smoothed round trip far above it is queueing delay (the "delay"
+         * cause). tcpi_min_rtt arrived in Linux 4.10; an older kernel returns a shorter struct. */
+        if (tl >= offsetof(struct tcp_info, tcpi_min_rtt) + 4 && ti.tcpi_min_rtt && ti.tcpi_min_rtt != ~0U)
+            cJSON_AddNumberToObject(o, "min_rtt_us", ti.tcpi_min_rtt);
         if (t->retrans_base >= 0 && (long long)ti.tcpi_total_retrans >= t->retrans_base)
             cJSON_AddNumberToObject(o, "phase_retransmitted_segments",
                                     (double)((long long)ti.tcpi_total_retrans - t->retrans_base));

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 #include "output.h"
 
+#include "route.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <string.h>
@@ -357,6 +359,13 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
     cJSON_AddItemToObject(cpu_use, "peer", cJSON_IsObject(pcu) ? cJSON_Duplicate(pcu, 1) : cJSON_CreateNull());
     cJSON *local = cJSON_AddObjectToObject(tr, "local");
     r->bops->describe(r->be, local);
+    /* The kernel's route to the peer: the data connection's address where the backend names it
+     * (tcp, rsocket), else the control connection's peer. */
+    const cJSON *pa = cJSON_GetObjectItemCaseSensitive(local, "peer_address");
+    fs_route_describe(cJSON_IsString(pa) && pa->valuestring[0] ? pa->valuestring
+                      : r->spec.peer[0]                            ? r->spec.peer
+                                                                   : r->ctl.peer_desc,
+                      local);
     if (r->pat != FS_PAT_LAT)
         add_flow_rates(local, size, mine);
     /* The peer's transport after this size (engine.c size_phases), else as it connected. */

@@ -69,6 +69,9 @@ def fill_doctor_parser(p: argparse.ArgumentParser) -> None:
     _common(p, "check this host for known RDMA/HPC pitfalls, each with the fix")
     p.add_argument("--expect-link-layer", choices=["InfiniBand", "Ethernet"], default=None,
                    help="report an error for any RDMA port with the other link layer")
+    p.add_argument("--device", metavar="NAME", default=None,
+                   help="the device runs will ask for (an RDMA device, rxe0 or its port rxe0:1, or a netdev): "
+                        "settings that choose a device are checked against it (default: every RDMA device here)")
     p.add_argument("--peer", metavar="HOST[:PORT]", default=None, type=argtypes.host_port(18515),
                    help="also run the checks on a host running `fabscope serve`, and compare the two hosts")
     p.add_argument("--key-file", metavar="FILE", default=None,
@@ -110,7 +113,7 @@ def _devices(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    ctx = Context(sysfs_root=args.root, expected_link_layer=args.expect_link_layer)
+    ctx = Context(sysfs_root=args.root, expected_link_layer=args.expect_link_layer, device=args.device)
     if args.peer is None:
         report = run_doctor(ctx)
         sys.stdout.write(report.to_json() + "\n" if args.json else render_report(report))

@@ -130,6 +130,9 @@ class Context:
     engine_inventory_override: EngineInventory | None = None
     # The link layer the user expects on every RDMA port ("InfiniBand"/"Ethernet"), if any.
     expected_link_layer: str | None = None
+    # The device the user will ask for (`doctor --device`): RDMA settings are checked against it;
+    # None = against every RDMA device here.
+    device: str | None = None
     # CPUs this process may run on; None = os.sched_getaffinity(0) of the real process.
     cpu_affinity: set[int] | None = None
 

@@ -2,7 +2,8 @@
 """Open MPI settings that silently change or disable the RDMA path: pml/btl/mtl
 exclusions (Debian's openmpi-mca-params.conf excludes pml ucx), the openib BTL (removed
 in 5.x, ignoring InfiniBand ports in 4.x without btl_openib_allow_ib), and UCX_NET_DEVICES
-set while the UCX PML filters devices itself (pml_ucx_devices)."""
+set while the UCX PML filters devices itself, or an RDMA device that pml_ucx_devices does not match
+(the UCX PML then declines, and ob1 carries the bytes over tcp)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from fabscope.doctor.core import Context, Finding, check
+from fabscope.results.misroute import device_matches, pml_exclusion_fix
 
 FRAMEWORKS = ("pml", "btl", "mtl")
 
@@ -116,8 +118,7 @@ def check_openmpi(ctx: Context) -> list[Finding]:
                 "on RDMA hardware the UCX PML is the fast path in Open MPI 4.x/5.x; with it excluded "
                 "MPI results measure a different stack (Debian ships this exclusion)"
                 + ("" if rdma else "; no RDMA device here, so ob1 over tcp/vader is what runs anyway"),
-                f"per run: `mpirun --mca pml ucx ...` or `export OMPI_MCA_pml=ucx`; system-wide: remove "
-                f"the line at {mv.source}"))
+                pml_exclusion_fix(mv.source)))
         elif fw == "pml" and not neg and comps:
             out.append(Finding("openmpi.pml", "info", f"Open MPI PML forced to {','.join(comps)}", ev))
         elif neg:
@@ -155,28 +156,45 @@ def check_openmpi(ctx: Context) -> list[Finding]:
                                                    " (no InfiniBand port, or excluded, or allowed)"),
                            f"{ver_ev}; openib component {'present' if has_openib else 'absent'}"))
 
-    # 3. UCX_NET_DEVICES vs pml_ucx_devices
+    # 3. pml_ucx_devices against the RDMA devices asked for (--device) or, without one, this host's:
+    # the UCX PML declines to run where none matches (4.1's default is mlx*, which rxe never is),
+    # and ob1 carries the bytes; UCX_NET_DEVICES is then ignored too (UCX #10049). A misrouted
+    # result names the same parameter (results/misroute.py).
     dev_env = ctx.env.get("UCX_NET_DEVICES")
-    if dev_env is not None:
-        pud = settings.get("pml_ucx_devices")
-        pud_val = pud.value if pud else (info.params.get("pml_ucx_devices") if info else None)
+    pud = settings.get("pml_ucx_devices")
+    pud_val = pud.value if pud else (info.params.get("pml_ucx_devices") if info else None)
+    rdma_names = [d.name for d in inv.rdma_devices]
+    asked = [ctx.device] if ctx.device else rdma_names
+    rdma_asked = [d for d in asked if d.partition(":")[0] in rdma_names]
+    unmatched = [d for d in rdma_asked if pud_val is not None and not device_matches(pud_val, d)]
+    if dev_env is not None or rdma_asked:
         put = settings.get("pml_ucx_tls")
         put_val = put.value if put else (info.params.get("pml_ucx_tls") if info else None)
         pud_text = pud_val if pud_val is not None else "not a parameter in this version"
-        ev = (f"UCX_NET_DEVICES={dev_env}; pml_ucx_devices = {pud_text}"
-              f"; pml_ucx_tls = {put_val if put_val is not None else 'n/a'}; {ver_ev}")
-        if pud_val is not None and pud_val != "any":
+        ev = (f"pml_ucx_devices = {pud_text} ({pud.source if pud else 'default'})"
+              + (f"; UCX_NET_DEVICES={dev_env}" if dev_env is not None else "")
+              + (f"; RDMA device{'s' if len(rdma_asked) > 1 else ''} {'asked' if ctx.device else 'here'}: "
+                 f"{', '.join(rdma_asked)}" if rdma_asked else "")
+              + f"; pml_ucx_tls = {put_val if put_val is not None else 'n/a'}; {ver_ev}")
+        fix = ("`mpirun --mca pml_ucx_tls any --mca pml_ucx_devices any ...` (fabscope: `--mca pml_ucx_devices=any "
+               "--mca pml_ucx_tls=any`; or export OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any)")
+        if unmatched:
+            out.append(Finding(
+                "openmpi.ucx_devices", "warn",
+                f"Open MPI's UCX PML declines {', '.join(unmatched)}: pml_ucx_devices = {pud_val} does not match it",
+                ev, "the UCX PML runs only where a device matches pml_ucx_devices; elsewhere Open MPI falls back to "
+                "ob1 and its btls (tcp), so an MPI result asked for the RDMA device is carried by a netdev (misrouted)",
+                fix))
+        elif dev_env is not None and pud_val is not None and pud_val != "any":
             out.append(Finding(
                 "openmpi.ucx_devices", "warn",
                 "UCX_NET_DEVICES is set but Open MPI's UCX PML filters devices itself "
                 f"(pml_ucx_devices = {pud_val})", ev,
                 "the PML decides from its own device list whether to use UCX at all, so UCX_NET_DEVICES "
-                "can be ignored: UCX #10049 measured ~2.1 us 'TCP' that was RoCE",
-                "`mpirun --mca pml_ucx_tls any --mca pml_ucx_devices any ...` (or export "
-                "OMPI_MCA_pml_ucx_tls=any OMPI_MCA_pml_ucx_devices=any)"))
+                "can be ignored: UCX #10049 measured ~2.1 us 'TCP' that was RoCE", fix))
         else:
             out.append(Finding("openmpi.ucx_devices", "ok",
-                               "UCX_NET_DEVICES set and the UCX PML does not filter devices", ev))
+                               "the UCX PML's device filter (pml_ucx_devices) admits the devices asked for", ev))
     if not out:
         out.append(Finding("openmpi", "ok", "no Open MPI selection restrictions", ver_ev))
     return out

@@ -181,10 +181,14 @@ def misrouted(measurements: Iterable[Measurement]) -> list[Finding]:
     for (a, b), ms in sorted(by_pair.items()):
         paths = [m.result.path if m.result else None for m in ms]
         summaries = sorted({p.summary for p in paths if p and p.summary})
+        # What chose the device that carried the bytes (the explanation's route cause), once per reason.
+        why = list(dict.fromkeys(c.why_line() for m in ms if m.result and m.result.explanation
+                                 for c in m.result.explanation.seen if c.cause == "route"))
         out.append(Finding(
             "misrouted", [a, b],
-            f"{a} <-> {b}: {summaries[0] if summaries else 'bytes went over another device than asked'}",
-            {"requested": next((p.requested for p in paths if p and p.requested), None),
+            f"{a} <-> {b}: {summaries[0] if summaries else 'bytes went over another device than asked'}"
+            + "".join(f"; why: {w}" for w in why),
+            {"requested": next((p.requested for p in paths if p and p.requested), None), "why": why,
              "measurements": [{"src": m.src, "dst": m.dst, "pattern": m.pattern, "summary": p.summary if p else None}
                               for m, p in zip(ms, paths, strict=True)],
              "hosts": {a: host_evidence(a, ms), b: host_evidence(b, ms)}},

@@ -103,6 +103,9 @@ def _header(data: ReportInput) -> str:
     for label, recs in misrouted.items():  # one line per transport and pattern: its sizes, the largest's summary
         sizes = ", ".join(f"{r.size} B" for r in recs)
         out.append(f'<p class="bad">MISROUTED: {_esc(label)} ({_esc(sizes)}): {_esc(recs[-1].path.summary)}</p>')
+        # What chose the device that carried them (the explanation's route cause), with its fix.
+        route = [c for c in (recs[-1].explanation.seen if recs[-1].explanation else ()) if c.cause == "route"]
+        out += [f'<p class="bad">why: {_esc(c.why_line())}</p>' for c in route]
     no_effect = dict.fromkeys(s for r in records for s in r.settings_without_effect)
     out += [f'<p class="bad">Setting had no effect: {_esc(s)}</p>' for s in no_effect]
     out += [f'<p class="note">{_esc(n)}</p>' for n in data.notes]

@@ -103,7 +103,7 @@ def why_lines(results: Sequence[Result]) -> list[str]:
     out: list[str] = []
     for r in explained:
         assert r.explanation is not None
-        if r.explanation.seen:
+        if r.explanation.seen or r.explanation.unexplained():
             out += [f"# why{f' ({r.size} B)' if many else ''}: {line}" for line in r.explanation.why_lines()]
     if explained and not out:
         summaries = list(dict.fromkeys(r.explanation.summary() for r in explained if r.explanation is not None))
@@ -136,7 +136,7 @@ def why_cell(results: Iterable[Result]) -> str:
 def labelled_why_lines(label: str, res: Result) -> list[str]:
     """``why (LABEL SIZE B): ...`` (without "# ") for each cause seen in one result of a suite
     row (none when nothing is seen: the row's "why" cell says ``-``)."""
-    if res.explanation is None or not res.explanation.seen:
+    if res.explanation is None or not (res.explanation.seen or res.explanation.unexplained()):
         return []
     return [f"why ({label} {res.size} B): {line}" for line in res.explanation.why_lines()]
 

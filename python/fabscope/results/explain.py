@@ -21,12 +21,15 @@ from typing import Any
 
 from ..untyped import count_at, member, number_at
 from .counters import Counters, CounterSide, DeviceCounters
+from .delay import DELAY_COST, DELAY_FIX, judge_delay
+from .misroute import route_reasons
 from .pathsides import path_sides
 
-__all__ = ["CAUSES", "STATES", "Cause", "Explanation", "LatencyReference", "explain", "with_reference"]
+__all__ = ["CAUSES", "STATES", "BandwidthReference", "Cause", "Explanation", "LatencyReference", "explain",
+           "with_bandwidth_reference", "with_reference"]
 
 STATES = ("seen", "clear", "unchecked")
-CAUSES = ("segmentation", "retransmission", "mtu", "placement", "cpu", "buffers", "link")
+CAUSES = ("segmentation", "retransmission", "mtu", "placement", "cpu", "buffers", "link", "delay", "route")
 
 # A message "ends in a tiny packet" when its last segment carries less than this share of an MSS
 # and the extra packet is at least this share of the packets per message. 64 KiB over MSS 1448:
@@ -84,6 +87,12 @@ NETDEV_LINK_COUNTERS = ("carrier_changes", "carrier_down_count")
 RDMA_LINK_COUNTERS = ("link_downed", "link_error_recovery", "symbol_error")
 NETDEV_LOSS_COUNTERS = ("rx_dropped", "tx_dropped", "rx_errors", "tx_errors", "rx_missed_errors",
                         "rx_crc_errors")
+
+
+# A result below this share of its expected ceiling (or its reference) with no cause seen is said to
+# be unexplained, in words, with the checks' strongest signals (the causes that read the path).
+UNEXPLAINED_BELOW = 0.5
+SIGNAL_CAUSES = ("delay", "retransmission", "cpu", "buffers", "link")
 
 
 @dataclass(frozen=True)
@@ -150,6 +159,40 @@ class LatencyReference:
 
 
 @dataclass(frozen=True)
+class BandwidthReference:
+    """A bandwidth result's reference from the history (fabscope/reference.py finds it), as latency
+    has one: the same case's best (highest) Gb/s in earlier runs, or, ``named`` (``--reference
+    TAG|RUN``), that run's figure or the median of a tag's runs. Where no link rate is known (a
+    virtual link) it is what "expected" means; elsewhere it says how far below its own best a run is."""
+
+    gbps: float
+    run_id: int | None
+    run_ids: tuple[int, ...]
+    tag: str | None
+    when: str
+    runs_considered: int
+    named: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"gbps": self.gbps, "run_id": self.run_id, "run_ids": list(self.run_ids), "tag": self.tag,
+                "when": self.when, "runs_considered": self.runs_considered, "named": self.named}
+
+    @classmethod
+    def parse(cls, obj: object) -> BandwidthReference | None:
+        if not isinstance(obj, dict):
+            return None
+        gbps, run_id, ids, when, n = obj.get("gbps"), obj.get("run_id"), obj.get("run_ids"), obj.get("when"), \
+            obj.get("runs_considered")
+        if not (isinstance(gbps, (int, float)) and not isinstance(gbps, bool) and gbps > 0 and isinstance(when, str)
+                and isinstance(n, int) and isinstance(ids, list) and all(isinstance(i, int) for i in ids)
+                and (run_id is None or isinstance(run_id, int))):
+            return None
+        tag, named = obj.get("tag"), obj.get("named")
+        return cls(gbps=float(gbps), run_id=run_id, run_ids=tuple(ids), tag=tag if isinstance(tag, str) else None,
+                   when=when, runs_considered=n, named=named if isinstance(named, str) else None)
+
+
+@dataclass(frozen=True)
 class Explanation:
     """What the number should have been (where known) and every cause, checked. A latency result
     has no ceiling; ``reference_sought`` says the history was read for its reference (``fabscope
@@ -161,6 +204,7 @@ class Explanation:
     causes: tuple[Cause, ...]
     reference: LatencyReference | None = None
     reference_sought: bool = False
+    bandwidth_reference: BandwidthReference | None = None
 
     @property
     def seen(self) -> tuple[Cause, ...]:
@@ -181,10 +225,26 @@ class Explanation:
         return f"{len(self.clear)} checks clear" + (f", {len(self.unchecked)} unchecked" if self.unchecked else "")
 
     def why_lines(self) -> list[str]:
-        """The text lines (without "# why: ") for this record: one per seen cause, else a count."""
+        """The text lines (without "# why: ") for this record: one per seen cause, else what is left
+        unexplained (far below its ceiling or reference), else a count."""
         if not self.seen:
-            return [self.summary()]
+            return [self.unexplained() or self.summary()]
         return [c.why_line() for c in self.seen]
+
+    def unexplained(self) -> str | None:
+        """Said in words when the result is far below its expected ceiling or its reference
+        (UNEXPLAINED_BELOW) and no checked cause is seen: how far, and the strongest signals the
+        checks read, instead of a row of "clear". None otherwise."""
+        frac = self.achieved_fraction
+        if self.seen or frac is None or frac <= 0 or frac >= UNEXPLAINED_BELOW:
+            return None
+        what = (f"its expected ceiling of {_gbps(self.expected_gbps)} Gb/s" if self.expected_gbps
+                else f"its own best of {_gbps(self.bandwidth_reference.gbps)} Gb/s" if self.bandwidth_reference
+                else "its reference p50" if self.reference else "what was expected")
+        signals = [f"{c.cause}: {c.evidence.split('; ')[0]}" for name in SIGNAL_CAUSES for c in self.causes
+                   if c.cause == name and c.state != "unchecked"][:3]
+        return (f"{1 / frac:.1f} x below {what} ({self.expected_basis}); no checked cause explains it"
+                + (f"; the strongest signals were: {'; '.join(signals)}" if signals else ""))
 
     def expected_line(self) -> str:
         """The ``# expected:`` text of a latency result whose reference was sought: the basis, and
@@ -196,8 +256,9 @@ class Explanation:
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": 1, "expected_gbps": self.expected_gbps, "expected_basis": self.expected_basis,
-                "achieved_fraction": self.achieved_fraction,
+                "achieved_fraction": self.achieved_fraction, "unexplained": self.unexplained(),
                 "reference": self.reference.to_json() if self.reference else None,
+                "bandwidth_reference": self.bandwidth_reference.to_json() if self.bandwidth_reference else None,
                 "causes": [c.to_json() for c in self.causes]}
 
 
@@ -967,11 +1028,72 @@ def with_reference(expl: Explanation, p50_us: float, found: LatencyReference | N
                    reference_sought=True)
 
 
+def _delay(rec: Mapping[str, Any]) -> Cause:
+    """Queueing delay on the path (delay.py decides): the round trip against the path's own floor."""
+    state, evidence = judge_delay(rec, _senders(rec))
+    return Cause("delay", state, evidence, DELAY_COST if state == "seen" else None, DELAY_FIX if state == "seen" else None)
+
+
+def _route(rec: Mapping[str, Any]) -> Cause:
+    """A misrouted result (the path verdict's) with what chose the device that carried it (misroute.py)."""
+    path = member(rec, "path")
+    verdict, asked = path.get("verdict"), path.get("requested")
+    if verdict == "verified":
+        return Cause("route", "clear", f"the bytes took {asked}, the device asked for")
+    if verdict == "not-requested":
+        return Cause("route", "clear", "no device was asked for: whichever the bytes took is the one asked")
+    if verdict != "misrouted":
+        return Cause("route", "unchecked", f"the path is {verdict or 'not judged'}: {path.get('reason') or 'no verdict'}")
+    carriers = member(member(path, "sides"), "local").get("carriers")
+    carrier = carriers[0].get("device") if isinstance(carriers, list) and carriers and isinstance(carriers[0], Mapping) \
+        else "another device"
+    found = route_reasons(rec)
+    cost = f"the result measures {carrier}, not {asked}"
+    if not found:
+        return Cause("route", "seen", f"the bytes left by {carrier}, not {asked}; the library's report in the record "
+                     "names no setting that chose it", cost,
+                     f"`fabscope doctor --device {asked}` checks the settings that choose a device")
+    return Cause("route", "seen", "; ".join(r for r, _ in found), cost, "; ".join(dict.fromkeys(f for _, f in found)))
+
+
+def _bandwidth_basis(ref: BandwidthReference) -> str:
+    tag = f"tag {ref.tag}, " if ref.tag else ""
+    n = ref.runs_considered
+    if ref.named is None:
+        return (f"its own best: {_gbps(ref.gbps)} Gb/s in run {ref.run_id} ({tag}{_day(ref.when)}), the best of {n} "
+                f"stored run{'s' if n != 1 else ''} of this case")
+    if ref.run_id is not None:
+        return (f"the reference named (--reference {ref.named}): {_gbps(ref.gbps)} Gb/s in run {ref.run_id} "
+                f"({tag}{_day(ref.when)})")
+    return (f"the reference named (--reference {ref.named}): the median {_gbps(ref.gbps)} Gb/s of {n} runs of this case "
+            f"({tag}{_day(ref.when)})")
+
+
+def with_bandwidth_reference(expl: Explanation, gbps: float, found: BandwidthReference | None, history: str,
+                             unread: str | None = None) -> Explanation:
+    """A bandwidth explanation with its reference from the history (fabscope/reference.py looks it
+    up). Where no ceiling is known (no link rate), the reference is what the run is measured against
+    (``achieved_fraction`` = this run / the reference); where one is, the basis also says how far
+    below its own best the run is."""
+    if found is None:
+        why = (f"the history ({history}) could not be read ({unread})" if unread
+               else f"no earlier run of this case in the history ({history})")
+        return replace(expl, expected_basis=f"{expl.expected_basis}; {why} to compare with", reference_sought=True)
+    versus = (f"{found.gbps / gbps:.2f} x below {_bandwidth_basis(found)}" if gbps < found.gbps
+              else f"at or above {_bandwidth_basis(found)}")
+    if expl.expected_gbps is None:
+        frac = _four_digits(gbps / found.gbps) if found.gbps > 0 else None
+        return replace(expl, expected_basis=f"{expl.expected_basis}; this run: {versus}", achieved_fraction=frac,
+                       bandwidth_reference=found, reference_sought=True)
+    return replace(expl, expected_basis=f"{expl.expected_basis}; this run: {versus}", bandwidth_reference=found,
+                   reference_sought=True)
+
+
 def explain(rec: Mapping[str, Any], counters: Counters | None = None) -> Explanation:
     """The explanation of one ``fabscope.result`` record (with its ``path`` already attached);
     ``counters``: the record's, when the caller has parsed them already (``parse_record`` has)."""
     counters = Counters.of_record(rec) if counters is None else counters
     expected, basis, frac = _expected(rec)
     causes = (_segmentation(rec), _retransmission(rec, counters), _mtu(rec), _placement(rec), _cpu(rec),
-              _buffers(rec), _link(rec, counters))
+              _buffers(rec), _link(rec, counters), _delay(rec), _route(rec))
     return Explanation(expected_gbps=expected, expected_basis=basis, achieved_fraction=frac, causes=causes)

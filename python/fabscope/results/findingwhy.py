@@ -38,8 +38,11 @@ MEANING = {
     "mtu": "a small path MTU",
     "buffers": "socket buffers too small for the path",
     "segmentation": "a tiny tail segment per message",
+    "delay": "queueing delay (a round trip far above the path's own floor: a deep queue or a congested reverse path)",
+    "route": "a misroute (the bytes left by another device than asked, for the reason the route cause names)",
 }
-ORDER = ("retransmission", "port errors", "link", "cpu", "placement", "mtu", "buffers", "segmentation")
+ORDER = ("route", "retransmission", "port errors", "link", "delay", "cpu", "placement", "mtu", "buffers",
+         "segmentation")
 RATE_LIMIT = "no loss, no retransmission seen: a rate limit (a shaped or slower link)"
 SLOWER_PATH = ("no loss, no retransmission seen: a slower or longer path (a shaped or slower link, more hops), "
                "which no check names")

@@ -24,7 +24,7 @@ from typing import Any
 from .counters import Counters
 from .cpushare import with_shared_cpu_warning
 from .errors import RecordError
-from .explain import Explanation, LatencyReference, explain, with_reference
+from .explain import BandwidthReference, Explanation, LatencyReference, explain, with_bandwidth_reference, with_reference
 from .histogram import Histogram
 from .pathsides import PathSide, path_sides
 from .verdict import settings_without_effect, verdict
@@ -427,6 +427,9 @@ def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
     reference = LatencyReference.parse(stored.get("reference")) if isinstance(stored, dict) else None
     if reference is not None and latency is not None:  # measured against a reference: read back with it
         explanation = with_reference(explanation, latency.p50, reference, history="")
+    bw_ref = BandwidthReference.parse(stored.get("bandwidth_reference")) if isinstance(stored, dict) else None
+    if bw_ref is not None and bandwidth is not None and bandwidth.gbps:
+        explanation = with_bandwidth_reference(explanation, bandwidth.gbps, bw_ref, history="")
     rec["explanation"] = explanation.to_json()
     return Result(
         schema_version=int(num), version=_str(rec, "version"), status=str(rec.get("status") or "ok"),
