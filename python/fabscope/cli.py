@@ -282,6 +282,7 @@ def _check_run(ns: argparse.Namespace) -> None:
     from .engine import validate_args
 
     backend = str(getattr(ns, "eng:backend", "tcp"))
+    pattern = str(getattr(ns, "eng:pattern", "lat"))
     given_mpi = [flag for flag, value in (("--mpi", ns.mpi), ("--launcher", ns.launcher), ("--mca", ns.mca),
                                           ("--env", ns.env), ("--hosts", ns.hosts), ("--ppn", ns.ppn)) if value]
     from .collective_cli import check_collective

@@ -282,12 +282,13 @@ def test_a_damaged_store_is_an_error_in_every_command_and_salvage_keeps_the_rest
     _damage(db)
     size = db.stat().st_size
     # The damage is the same bytes on the same pages every time: those pages hold both results of
-    # run 1 and one of run 2's (overwritten text SQLite still reads), and none of the runs table, so
-    # the listing alone reads no damaged page.
+    # run 1 (overwritten text SQLite still reads) and none of the runs table, so the listing alone
+    # reads no damaged page. (Where the pages fall depends on the size of the stored records: a
+    # change to what a record carries moves them, and this test says so exactly.)
     listing = cli(capsys, "history", "--store", str(db))
     listed = [int(line.split()[0]) for line in listing.stdout.splitlines()[2:]]
     assert listing.returncode == 0 and listed == list(range(60, 10, -1)), listing.stdout  # the newest 50
-    commands = [["history", "show", "1"], ["history", "show", "2"], ["history", "export"], ["compare", "t0", "t1"],
+    commands = [["history", "show", "1"], ["history", "export"], ["compare", "t0", "t1"],
                 ["report", "t0", "t1"], ["history", "check"]]
     for args in commands:
         out = cli(capsys, *args, "--store", str(db))
@@ -301,17 +302,17 @@ def test_a_damaged_store_is_an_error_in_every_command_and_salvage_keeps_the_rest
     out = cli(capsys, "history", "salvage", str(saved), "--store", str(db))
     assert out.returncode == 0, out.stderr
     lost = [line.strip() for line in out.stdout.splitlines() if line.strip().startswith("lost:")]
-    assert lost == ["lost: run 1: 2 of 2 result(s) do not read: lost",
-                    "lost: run 2: 1 of 2 result(s) do not read: lost"], out.stdout
-    assert "salvaged 59 run(s), 117 result(s)" in out.stdout, out.stdout
+    assert lost == ["lost: run 1: 2 of 2 result(s) do not read: lost"], out.stdout
+    assert "salvaged 59 run(s), 118 result(s)" in out.stdout, out.stdout
+    assert cli(capsys, "history", "show", "2", "--store", str(db)).returncode == 0  # an undamaged run reads
     with open_store(saved) as store:
         assert store.integrity() == "ok"
         runs = sorted(store.runs(limit=None), key=lambda r: r.id)
-        # Runs 2..60 in their order (numbered from 1 again), run 2 with the one result that reads.
-        assert [(r.tag, r.results) for r in runs] == [(f"t{i % 5}", 1 if i == 1 else 2) for i in range(1, 60)]
+        # Runs 2..60 in their order (numbered from 1 again), each with both its results.
+        assert [(r.tag, r.results) for r in runs] == [(f"t{i % 5}", 2) for i in range(1, 60)]
         assert all(r.argv == ["run", "--loopback"] for r in runs)
         results = store.results()
-        assert len(results) == 117 and all(r.latency is not None for r in results)
+        assert len(results) == 118 and all(r.latency is not None for r in results)
     assert cli(capsys, "history", "check", "--store", str(saved)).returncode == 0
     again = cli(capsys, "history", "salvage", str(saved), "--store", str(db))
     assert again.returncode == 2 and "never writes over a file" in again.stderr
