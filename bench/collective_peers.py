@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """fabscope's collectives beside a minimal OSU/IMB-style loop (bench/osu_collective.c) on this host:
 chains of sandwiches (peer, fabscope, peer; bench/sandwich.py's rule) per operation and size, both
 under Open MPI's mpirun with the same ranks. The figure compared is the median over iterations of

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope load` beside iperf3 on the netns testbed, alternated (peer, fabscope, peer per repeat):
 
 - one pair, N flows: `iperf3 -c -P N` from fs-b to fs-a against `fabscope load incast --hosts

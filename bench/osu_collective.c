@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* OSU/IMB-style MPI collective peer for bench/collective_peers.py: the project's own few lines,
  * timing a collective the way MPI users' benchmarks do, so fabscope's collectives have a peer.
  *

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Fails when a test was skipped on this machine and tests/expected-skips.txt does not expect it.
 
     python scripts/check_skips.py EXPECTED REPORT.xml...

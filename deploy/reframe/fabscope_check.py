@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A ReFrame test that runs a fabscope known-good scenario (`fabscope check`, docs/check.md) and
 reports each judged figure as a ReFrame performance variable, with the scenario's bound as its
 reference, so a site's nightly ReFrame run shows fabscope's figures and fails where the scenario

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope run --backend mpi --pattern allreduce|reduce_scatter|allgather|alltoall|bcast|barrier`:
 what a collective run refuses before anything starts, and the run itself (the MPI engine's ranks
 under the launcher, plan.MpiLaunch with ppn), rendered by report.collective."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope check` on loopback, real runs: a violated `warn` warns, a bound against a line rate the
 device does not have is inconclusive (FS-FIG-002, never a pass), the exit status says the worst
 (10: inconclusive, nothing failed), and the JUnit XML reads in a JUnit parser and in ElementTree

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope check` on the netns testbed: a scenario with absolute and baseline expectations
 catches a slowed link (FS-BW-001, FS-BW-002) and a misroute (FS-PATH-001), each with its fault code,
 names the link, and writes JUnit XML that a JUnit parser reads; a matrix check names a slow link

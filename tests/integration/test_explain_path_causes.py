@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The path causes planted on the netns testbed, each named by itself, and clean runs naming none
 (issue 51): `delay` (a deep queue on a shaped forward path: delay without loss, tbf with a large
 limit) with the round trips that show it, and `route` (a host route for the peer's fabric address

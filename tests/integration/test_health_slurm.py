@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope health --drain / --undrain` on the Slurm testbed with one node per netns host (real
 slurmctld, one `slurmd -N HOST` inside each host): with a wrong MTU planted on fs-b and fs-c's
 fabric link down, each of them (and only they) is drained with its fault code in the reason, the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope load` for real on loopback: agents started the --launcher external way (one per
 "host", placed by rank), every flow an engine pair, all at once. Loopback has no bottleneck to judge;
 these check that every flow ran together for the same time, what each flow and the total carry, the

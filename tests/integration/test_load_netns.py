@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope load incast` 7 -> 1 for real on the netns testbed (10 hosts: 8 loaded, 2 the victim
 pair), agents under mpirun, the receiver's switch port at 100 Mbit/s with a queue of a known depth:
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Two rails on the netns testbed (testbed/netns_rails.py: a second switch, multipath routes to every
 host's rail-independent address): `fabscope load` reports the split of each sender's bytes between
 the rails from its own counters, and names a planted imbalance (next-hop weights 1:0, every flow

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Collectives under mpirun on this host (Open MPI and MPICH): every operation measured and its
 result checked element by element, the figures derived from the records, a wrong element failing
 the run with exit 12, and the inputs refused before anything is allocated (exit 2)."""

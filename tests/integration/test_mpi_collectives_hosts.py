@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Collectives across hosts of the netns testbed under mpirun (Open MPI through the testbed's rsh
 agent, MPICH hydra): ranks placed --ppn per host in host order, every element checked, and the
 path proven per host: each host's requested device counted at least the bytes the collective must

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Collectives under srun, for real: the private one-node Slurm of test_mpi_srun (its `cluster`
 fixture) starts --ppn ranks of each MPI engine (--ntasks), and the collective is measured and
 checked as under mpirun."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The ReFrame test shipped with fabscope (deploy/reframe/fabscope_check.py), run for real by
 ReFrame: a scenario's figures become performance variables with the scenario's bounds as
 references; a bound the run misses fails ReFrame's performance stage, a failed scenario its sanity."""

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Waits in one guest until the other guest's server listens, before the client half starts:
 # usage `await_listener.sh HOST LISTENER SECONDS`, LISTENER tcp:PORT (a TCP socket in `ss`) or
 # cm:PORT (an rdma_cm id in LISTEN in `rdma res show cm_id`: perftest -R, rsockets). It asks HOST

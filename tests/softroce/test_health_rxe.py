@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope health` on a node with an RDMA device (rxe0 in the Soft-RoCE guest): the short verbs
 loopback test of each device with an ACTIVE port runs, answers, and is judged with the doctor and
 the error counters. One boot; the figure itself is not judged (TCG makes it milliseconds)."""

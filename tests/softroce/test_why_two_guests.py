@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Issue 51 between the two Soft-RoCE guests, in ONE pinned two-guest boot: the suite asked for rxe0
 builds only rows that can run (its tcp row on eth0, the netdev behind rxe0, verified there; no row
 FAILED), and each misrouted or refused run names the setting that chose it:

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """scripts/check_skips.py, the last stage of scripts/test.sh, on reports written by the real pytest and
 ctest: a skip that tests/expected-skips.txt does not expect fails the run, naming the test and its reason;
 an expected one passes; the committed list itself is well formed."""

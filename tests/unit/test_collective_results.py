@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """results.collective: the figures derived from a collective's record (busbw factors, the bytes a
 host must move, the per-host path verdict, the ceiling) on a real record from the netns testbed,
 and the record's validation."""

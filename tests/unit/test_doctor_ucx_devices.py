@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The doctor and a misrouted result agree on Open MPI's UCX PML device filter: `pml_ucx_devices`
 (Open MPI 4.1's default `mlx*`) is named whenever an RDMA device asked for, or found here, does not
 match it, not only when UCX_NET_DEVICES is set. Real ompi_info and /etc of this host, the sysfs

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Known-good scenarios (fabscope/known_good): every kind of bad input is a named error with the
 file's line, exit 2, and nothing run; baselines saved from stored runs with their fingerprint,
 listed, shown, deleted; a fingerprint that differs is said. Nothing here measures: runs are the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope load`: the patterns' flows, the refusals (exit 2, named), Jain's index, the fair share,
 the starved flows, the impact factor's interval, and the findings from flows with known figures."""
 

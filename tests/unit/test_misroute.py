@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A misrouted result says why, from what the library reported of its own choice (results/misroute.py,
 the explanation's `route` cause): real records of the two Soft-RoCE guests and the netns testbed
 (tests/fixtures/records/README.md). The verified runs beside them name no route."""

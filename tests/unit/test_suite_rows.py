@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The two-host suite builds only rows that can run: asked for an RDMA device, the rows that run over
 sockets use the netdev behind it (the inventory's, a copy of a real guest's) and say so; a device
 with no netdev behind it leaves those rows out with a note, never a row that fails."""

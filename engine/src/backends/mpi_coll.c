@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The mpi backend's collectives: every rank of MPI_COMM_WORLD in one allreduce, reduce_scatter,
  * allgather, alltoall, bcast or barrier per iteration, timed by the core's collective loop
  * (core/collective.h). Rank 0 prints one fabscope.collective/1 record per size.

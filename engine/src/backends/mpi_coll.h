@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The mpi backend's collectives (mpi_coll.c), run by every rank of the job (main_mpi.c). */
 #ifndef FS_MPI_COLL_H
 #define FS_MPI_COLL_H

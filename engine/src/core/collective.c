@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 #include "collective.h"
 
 #include <cjson/cJSON.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The collective loop: every rank of a job runs one collective per iteration, the core times it
  * on each rank, and after the loop each iteration's time across ranks is the slowest rank's
  * (DESIGN: reduce after the loop, not inside it). The backend moves the bytes and meets the other

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The kernel's route to the peer, as `ip route get ADDR` shows it (RTM_GETROUTE over netlink): the
  * netdev the kernel sends the peer's packets through. A result whose bytes left by another netdev
  * than the one asked for names this route (fabscope.results.misroute): a host route over a

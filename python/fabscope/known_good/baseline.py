@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Named baselines: `fabscope baseline save NAME` (runs from the history by tag, run ids or a time
 range) with the configuration's fingerprint, `list`, `show`, `delete`; and what a check against a
 baseline needs: its runs and what changed in the configuration since it was made."""

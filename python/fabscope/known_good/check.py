@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope check FILE`: run a scenario's checks and judge each expectation pass / warn / fail /
 inconclusive with a stable fault code (faults.py), its evidence and its fix; then name the
 defective nodes and links. Text, JSON (one object) or JUnit XML (--junit PATH).

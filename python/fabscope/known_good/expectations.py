@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Expectations of a scenario's check: absolute bounds (``p50_us <= 3.5``, ``bw_gbps >= 0.9 *
 line_rate``) and bounds relative to a named baseline (``p50_us within 5 % of baseline "golden"``).
 Parsing only; judging is check.py's."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The stable fault codes of `fabscope check` (docs/check.md lists them; a code is never reused for
 another meaning). Each code has one owner here: its title and the fix the output prints."""
 

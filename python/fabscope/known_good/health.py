@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope health`: the quick per-node pass a scheduler runs (Slurm HealthCheckProgram, prolog,
 epilog), within seconds: the doctor's checks, each port's state, speed and MTU against a baseline's
 (`--baseline NAME`, the ports of the host that saved it), error counters that moved since the last

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The check's section of the HTML report (`fabscope check FILE --html PATH`): the judgements with
 their fault codes, evidence and fixes, the defective nodes and links, above the report's usual
 charts and tables of the runs the checks measured (report/html.py draws those)."""

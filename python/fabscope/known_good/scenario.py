@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A scenario file (TOML, read with tomllib): where the checks run, which checks, and what each
 must produce. Every mistake is a FabscopeError (exit 2) naming the file and line, found before
 anything runs.

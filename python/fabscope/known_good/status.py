@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The last status of every (node, check): what `fabscope check` and `fabscope health` judged last,
 its fault codes, when it was made and until when it holds. Kept in one small JSON file the exporter
 reads at each scrape (`fabscope_check_*` series), so a dashboard shows each node's last status and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The agent's share of a load run: many engines on this host at once, started together.
 
 The matrix agent (matrix/agent.py) hands a ``load`` message here. The exchange with the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """`fabscope load incast|fanout|alltoall|permutation --hosts H1,...,Hn`: many flows at once, judged.
 
 Agents start on every host as for the matrix (--launcher mpirun, srun, external); every flow is one

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Why, under load: the findings of a load run, each with its evidence, cost and fix.
 
 - ``oversubscription``: more links feed the bottleneck than it has (N -> 1): the fair share is the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A load run as one self-contained HTML page (no network): the sender x receiver heatmap of rates
 under load, the fairness, every flow's rate per interval, the victim's latency under load against
 alone, and the findings."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """What a load run's figures mean: the bottleneck and its fair share, Jain's fairness index, starved
 flows, the victim's congestion impact factor, and the findings (each with evidence, cost and fix).
 

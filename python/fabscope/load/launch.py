@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """One matrix agent per host of a load run, started as the matrix starts them (matrix/launch.py:
 mpirun, srun, or the site's own starter), checked in through the matrix's coordinator."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A load run's output, ``fabscope.load/1``: every flow's figures and the run's judgement.
 
 A ``FlowResult`` is one engine pair's outcome, read from its client's record (the engine's own

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Which flows a load pattern runs, and the requests no pattern can honour (exit 2, named).
 
 A flow is one engine pair (one TCP connection; a QP for verbs): ``--flows N`` puts N of them on

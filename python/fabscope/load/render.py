@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A load run as text and CSV (its JSON is ``LoadRun.to_json``), all from the same object."""
 
 from __future__ import annotations

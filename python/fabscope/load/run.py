@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Running the flows of a load at once through the matrix's agents (one per host, under the launcher).
 
 Every host in the run gets one ``load`` message with the servers it hosts; once every server of

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Collective results (``results.collective``) as text, CSV, Markdown and JSON lines: one table per
 operation, one row per size, from the typed results only (nothing re-derived here)."""
 

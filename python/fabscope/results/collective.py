@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """``fabscope.collective/1``: one size of a collective (allreduce, reduce_scatter, allgather,
 alltoall, bcast, barrier) across the ranks of an MPI job, as the MPI engine prints it, typed.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The ``delay`` cause: a round trip far above what the same path showed without queues.
 
 A stream's rate is at most its window / its round trip. The sender's smoothed round trip at the end

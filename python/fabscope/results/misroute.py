@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Why a misrouted result went where it went: the ``route`` cause of the explanation.
 
 The path verdict (verdict.py) proves from the counters that the bytes left by another device than

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """A switch port's queue on the netns testbed: the buffer that decides what incast does.
 
 The fabric switch's egress towards a host (its port, ``c-fabric`` in ``fs-switch``) gets tbf at a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Two rails on the netns testbed: a second fabric switch and multipath (ECMP) routes between hosts.
 
 On top of what ``netns.up`` made (fabric0 on br-fabric), every host gets ``fabric1`` on a second
