@@ -2,7 +2,7 @@
 #   make run    set up, then the loopback suite (every built backend and pattern) with its report
 #   make test   set up, then every test (unit, engine C tests, sanitizers, fuzz smoke, integration,
 #               netns, Soft-RoCE guest)
-.PHONY: setup run test test-fast lint bench deb clean
+.PHONY: setup run test test-fast lint bench bench-instr deb clean
 
 setup:
 	bash scripts/setup.sh
@@ -28,6 +28,11 @@ lint: setup
 bench: setup
 	.venv/bin/python bench/tcp_peers.py
 	[ ! -f bench/middleware_peers.py ] || .venv/bin/python bench/middleware_peers.py
+
+# Work per message and per empty poll turn, counted in instructions (callgrind), fabscope against
+# the same peers: the table bench/RESULTS.md carries ("Work per message, counted"). ~30 min.
+bench-instr: setup
+	.venv/bin/python bench/instr.py --json build/instr.json
 
 # The Debian package for sites: build/deb/fabscope_VERSION_ARCH.deb (built in a copy under build/deb,
 # checked by lintian). Its install on a clean Debian root is tests/packaging/test_deb.py.
