@@ -316,7 +316,8 @@ def _env(tool: Tool) -> dict[str, str]:
 
 
 def _stop(proc: subprocess.Popen[str], sig: signal.Signals, grace: float) -> None:
-    """Ends one process group we started: `sig` (callgrind writes its file on SIGINT/SIGTERM), then SIGKILL."""
+    """Ends one process group we started: `sig`, then SIGKILL. tcp_peers._kill_group with the first
+    signal and its grace chosen: a server under callgrind writes its file on SIGINT, and slowly."""
     if proc.poll() is not None:
         return
     for s, g in ((sig, grace), (signal.SIGKILL, 5.0)):
