@@ -3,7 +3,7 @@
 #   make run    set up, then the loopback suite (every built backend and pattern) with its report
 #   make test   set up, then every test (unit, engine C tests, sanitizers, fuzz smoke, integration,
 #               netns, Soft-RoCE guest)
-.PHONY: setup run test test-fast lint bench deb clean
+.PHONY: setup run test test-fast lint bench bench-instr deb clean
 
 setup:
 	bash scripts/setup.sh
@@ -29,6 +29,11 @@ lint: setup
 # Not a test: a bench's verdicts never fail it.
 bench: setup
 	.venv/bin/python bench/run_all.py
+
+# Work per message and per empty poll turn, counted in instructions (callgrind), fabscope against
+# the same peers: the table bench/RESULTS.md carries ("Work per message, counted"). ~30 min.
+bench-instr: setup
+	.venv/bin/python bench/instr.py --json build/instr.json
 
 # The Debian package for sites: build/deb/fabscope_VERSION_ARCH.deb (built in a copy under build/deb,
 # checked by lintian). Its install on a clean Debian root is tests/packaging/test_deb.py.

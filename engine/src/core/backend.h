@@ -22,6 +22,8 @@ struct fs_events {
      * device completes alone (a NIC answers RDMA reads, atomics and writes). It returns at once;
      * the core then sleeps on the control channel until the peer says something. */
     int idle;
+    /* Empty passes a backend repeated inside this call beyond its first (see progress). */
+    unsigned turns;
 };
 
 struct fs_be_ctx {
@@ -71,7 +73,10 @@ struct fs_backend_ops {
     /* Post one operation. 1 = posted, 0 = no room (core progresses and retries), -1 = error. */
     int (*post)(void *be, enum fs_op op, uint64_t size, struct fs_err *err);
     /* Reap completions into ev. wait_ms == 0: return at once (busy poll); > 0: may sleep up to
-     * that long waiting for an event (block mode). -1 = error (peer gone, transport error). */
+     * that long waiting for an event (block mode); < 0: busy poll, and a pass that found nothing
+     * may be repeated in this call, -wait_ms passes in all at most, each added to ev->turns
+     * beyond the first (a backend's own tight loop: the core's clock keeps its cadence).
+     * -1 = error (peer gone, transport error). */
     int (*progress)(void *be, int wait_ms, struct fs_events *ev, struct fs_err *err);
     /* Optional: make every completed PASSIVE operation visible at the target before the core
      * stops the clock. */

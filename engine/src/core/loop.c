@@ -156,14 +156,6 @@ static int housekeep_pass(struct fs_run *r, uint64_t now, struct fs_err *err)
     return 0;
 }
 
-/* Whether this turn looks at the clock: every FS_CLOCK_EVERY turns, and after every turn that
- * completed nothing in block mode (the progress call slept, or moved part of a large message: a
- * clock read is cheap next to that, a control-socket syscall per partial receive is not). */
-static int tick_due(const struct fs_run *r, unsigned *turns, const struct fs_events *ev)
-{
-    return ++*turns % FS_CLOCK_EVERY == 0 || (r->block && !ev->tx_done && !ev->rx_done);
-}
-
 /* A side whose backend has nothing to progress (fs_events.idle: the target of RDMA reads,
  * atomics or writes, which its NIC answers alone) sleeps on the control channel until the peer
  * says something or its own heartbeat is due, as perftest's target sleeps in read(). Nothing
@@ -283,6 +275,53 @@ static int progress(struct fs_run *r, struct fs_events *ev, struct fs_err *err)
         return -1;
     }
     return 0;
+}
+
+/* The tight completion loop of the measured phase: progress until something completes, the
+ * backend says this side is idle, or the clock is due (after FS_CLOCK_EVERY empty turns, and after
+ * every empty turn in block mode: that call slept, or moved part of a large message; a clock read
+ * is cheap next to that, a control-socket syscall per partial receive is not). Returns 1 when the
+ * clock is due (every FS_CLOCK_EVERY turns, whether or not this one completed something), else 0
+ * (something completed, or idle), -1 on error; completions are in `ev`. The
+ * caller's bookkeeping (clock, deadlines, heartbeats, intervals, the peer's count) runs once per
+ * return, never per empty turn. In busy mode the backend may repeat its empty passes itself, up
+ * to the turns left before the clock is due (progress's negative wait_ms): its own loop around the
+ * library's poll, as the peer tools' loops are. (Counted with bench/instr.py: the core's and the
+ * UCX backend's share of an empty turn was ~100 instructions, ucx_perftest's loop's ~13.) */
+static inline __attribute__((always_inline)) int spin(struct fs_run *r, struct fs_events *ev,
+                                                     unsigned *turns, struct fs_err *err)
+{
+    int (*const poll)(void *, int, struct fs_events *, struct fs_err *) = r->bops->progress;
+    void *const be = r->be;
+    const int block = r->block;
+    unsigned n = *turns;
+    /* Zeroed once: a backend adds its completions (sets idle) and the loop returns on any. */
+    ev->tx_done = ev->rx_done = 0;
+    ev->idle = 0;
+    for (;;) {
+        const unsigned left = FS_CLOCK_EVERY - n % FS_CLOCK_EVERY;
+        ev->turns = 0;
+        if (poll(be, block ? FS_BLOCK_SLICE_MS : -(int)left, ev, err)) {
+            *turns = n;
+            if (!err->code)
+                err->code = FS_EXIT_MEASURE;
+            return -1;
+        }
+        const unsigned used = 1 + (ev->turns < left ? ev->turns : left - 1);
+        n += used;
+        if (ev->tx_done | ev->rx_done) { /* a stream that completes every turn still looks */
+            *turns = n;
+            return used == left;
+        }
+        if (used == left || block) {
+            *turns = n;
+            return 1;
+        }
+        if (ev->idle) { /* the caller sleeps or spins on the control channel (wait_idle) */
+            *turns = n;
+            return 0;
+        }
+    }
 }
 
 static int announce_sent(struct fs_run *r, uint64_t n, struct fs_err *err)
@@ -416,23 +455,21 @@ static int pingpong_initiator(struct fs_run *r, uint64_t size, uint64_t n_max, u
         uint64_t got = 0; /* the answer may land while a full queue makes us retry the post */
         int posted;
         while ((posted = r->bops->post(r->be, r->op, size, err)) == 0) {
-            if (progress(r, &ev, err))
+            const int due = spin(r, &ev, &turns, err);
+            if (due < 0)
                 return -1;
             got += active ? ev.rx_done : ev.tx_done;
-            if (tick_due(r, &turns, &ev) &&
-                tick(r, fs_now_ns(), i, stalled_at, 0, FS_QUIET_NS, err))
+            if (due && tick(r, fs_now_ns(), i, stalled_at, 0, FS_QUIET_NS, err))
                 return -1;
         }
         if (posted < 0)
             return err->code ? -1 : fs_fail(err, FS_EXIT_MEASURE, "post failed");
         while (!got) {
-            if (progress(r, &ev, err))
+            const int due = spin(r, &ev, &turns, err);
+            if (due < 0)
                 return -1;
             got += active ? ev.rx_done : ev.tx_done;
-            if (got)
-                break;
-            if (tick_due(r, &turns, &ev) &&
-                tick(r, fs_now_ns(), i, stalled_at, 0, FS_QUIET_NS, err))
+            if (due && !got && tick(r, fs_now_ns(), i, stalled_at, 0, FS_QUIET_NS, err))
                 return -1;
         }
         now = fs_now_ns();
@@ -470,7 +507,8 @@ static int pingpong_responder(struct fs_run *r, uint64_t size, struct fs_side_vi
     uint64_t replied_at = fs_now_ns();
     uint64_t stall_ns = FS_QUIET_NS; /* of the wait for the next request */
     while (r->peer_sent < 0 || rx < (uint64_t)r->peer_sent) {
-        if (progress(r, &ev, err))
+        const int due = spin(r, &ev, &turns, err);
+        if (due < 0)
             return -1;
         for (uint64_t k = 0; k < ev.rx_done; k++) {
             int posted;
@@ -490,8 +528,7 @@ static int pingpong_responder(struct fs_run *r, uint64_t size, struct fs_side_vi
             stall_ns = stall_after_ns(replied_at - previous);
             if (tick(r, replied_at, rx, 0, 0, FS_QUIET_NS, err))
                 return -1;
-        } else if (tick_due(r, &turns, &ev) &&
-                   tick(r, fs_now_ns(), rx, replied_at + stall_ns, 1, stall_ns, err)) {
+        } else if (due && tick(r, fs_now_ns(), rx, replied_at + stall_ns, 1, stall_ns, err)) {
             return -1;
         }
     }
@@ -542,7 +579,8 @@ static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uin
                     now = fs_now_ns();
             }
         }
-        if (progress(r, &ev, err))
+        const int due = spin(r, &ev, &turns, err);
+        if (due < 0)
             return -1;
         if (ev.idle && wait_idle(r, err))
             return -1;
@@ -576,7 +614,7 @@ static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uin
         }
         if (send_done && phase_over(r, wait_peer, do_recv, rx))
             break;
-        if (tick_due(r, &turns, &ev)) {
+        if (due) {
             now = fs_now_ns();
             if (tick(r, now, completed + rx, 0, send_done && wait_peer, FS_QUIET_NS, err))
                 return -1;

@@ -119,7 +119,7 @@ int vb_settle(void *be, struct fs_err *err)
         if (v->qp[i].unsig_ops && !v->qp[i].sig_inflight && post_flush(v, &v->qp[i], i, err))
             return -1;
     for (int slice = 0; v->unreported && slice * 10 < v->timeout_ms; slice++) {
-        struct fs_events ev = {0, 0, 0};
+        struct fs_events ev = {0};
         int got = 0;
         if (poll_cq(v, &ev, &got, err))
             return -1;
