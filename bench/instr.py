@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Work per message and per empty poll turn, counted in instructions: fabscope against its peer tools
 on loopback (callgrind; this VM exposes no PMU, so `perf stat -e instructions:u` says "not supported").
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The work per message does not grow unnoticed: fabscope's client is counted under callgrind
 (bench/instr.py's guards: --poll block, two run lengths differenced) and compared with the count
 committed in bench/instr_counts.json. Instruction counts do not follow this machine's load the way
