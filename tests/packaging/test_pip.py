@@ -88,16 +88,25 @@ def test_a_missing_library_names_the_debian_package(tmp_path: Path) -> None:
 
 
 def test_a_missing_backend_library_is_named_with_its_debian_package(tmp_path: Path) -> None:
-    """pkg-config that finds only cJSON: the build goes on with tcp alone and names each backend left
-    out with the package that adds it (what a pip user reads in `pip install -v`)."""
+    """pkg-config that finds only the required libraries (cJSON, libcrypto): the build goes on with tcp
+    alone and names each backend left out with the package that adds it (what a pip user reads in
+    `pip install -v`). With cJSON alone, the missing libcrypto stops it, naming libssl-dev."""
     pc = tmp_path / "pc"
     pc.mkdir()
-    found = subprocess.run(["pkg-config", "--variable=pcfiledir", "libcjson"], capture_output=True, text=True,
-                           timeout=30, check=True).stdout.strip()
-    (pc / "libcjson.pc").write_text((Path(found) / "libcjson.pc").read_text())
-    proc = subprocess.run(["cmake", "-S", str(REPO / "engine"), "-B", str(tmp_path / "b"), "-G", "Ninja",
-                           "-DFS_BUILD_TESTS=OFF"], capture_output=True, text=True, timeout=120, check=False,
-                          env=dict(os.environ, PKG_CONFIG_LIBDIR=str(pc), PKG_CONFIG_PATH=""))
+
+    def configure(build: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["cmake", "-S", str(REPO / "engine"), "-B", str(tmp_path / build), "-G", "Ninja",
+                               "-DFS_BUILD_TESTS=OFF"], capture_output=True, text=True, timeout=120, check=False,
+                              env=dict(os.environ, PKG_CONFIG_LIBDIR=str(pc), PKG_CONFIG_PATH=""))
+
+    for module in ("libcjson", "libcrypto"):
+        found = subprocess.run(["pkg-config", "--variable=pcfiledir", module], capture_output=True, text=True,
+                               timeout=30, check=True).stdout.strip()
+        (pc / f"{module}.pc").write_text((Path(found) / f"{module}.pc").read_text())
+        if module == "libcjson":
+            proc = configure("without-crypto")
+            assert proc.returncode != 0 and "apt-get install libssl-dev" in proc.stderr, proc.stderr[-2000:]
+    proc = configure("b")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "fabscope: backends built: tcp\n" in proc.stdout, proc.stdout
     missing = proc.stdout.split("backends NOT built", 1)[-1].splitlines()[0]
