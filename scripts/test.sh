@@ -75,8 +75,10 @@ if [ -z "${FABSCOPE_FAST:-}" ]; then
   export FABSCOPE_DEB
 fi
 
-markers="not soak"
-[ -n "${FABSCOPE_FAST:-}" ] && markers="not softroce and not soak and not packaging"
+# `unreliable`: a test the product fails now and then, for a cause written at its mark (and open in
+# an issue): out of the run until the cause is fixed, never loosened to pass. `pytest -m unreliable`.
+markers="not soak and not unreliable"
+[ -n "${FABSCOPE_FAST:-}" ] && markers="not softroce and not soak and not packaging and not unreliable"
 # Unit and property tests (marked `parallel` by tests/conftest.py) use no network, and half their time
 # is waiting (subprocess deadlines): four at once, beside the soak. A unit test whose assertions depend
 # on timing real runs or hold a wall-clock bound (marked `measures`) runs in the last stage, alone.
