@@ -351,13 +351,13 @@ def _check_serve(ns: argparse.Namespace) -> None:
     """The engine options serve hands to every run (--device, --timeout) are checked by the
     engine before serve listens: a bad one is exit 2 now, not "connection reset" for each client.
     So are the key file and the rule that off loopback a key is required (serve.config_from_args)."""
-    from .serve import config_from_args
+    from .serve.config import config_from_args
 
     ns.serve_config = config_from_args(ns, _engine_args(ns))
 
 
 def _serve(ns: argparse.Namespace) -> int:
-    from .serve import main as serve_main
+    from .serve.server import main as serve_main
 
     return serve_main(ns, _engine_args(ns))
 
@@ -535,7 +535,7 @@ def _fill_run(run: Parser, with_engine: bool) -> None:
 
 def _fill_serve(srv: Parser, _with_engine: bool) -> None:
     from . import control
-    from .serve import add_arguments as add_serve_arguments
+    from .serve.config import add_arguments as add_serve_arguments
 
     srv.add_argument("--bind", default="127.0.0.1", type=argtypes.bind_address,
                      help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")

@@ -18,7 +18,7 @@ from serve_helpers import ENV, frame, make_key, read_frame, serve
 from conftest import fabscope, rcvlowat_for
 from fabscope import auth, control
 from fabscope.errors import FabscopeError
-from fabscope.serve import HANDSHAKE_TIMEOUT_S
+from fabscope.serve.server import HANDSHAKE_TIMEOUT_S
 
 QUICK = ("--iters", "100", "--warmup", "10", "--sizes", "8")
 

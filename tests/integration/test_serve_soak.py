@@ -24,7 +24,7 @@ import pytest
 from serve_helpers import frame, make_key, open_fds, read_frame, rss_kib, serve
 
 from fabscope import auth, control, runner
-from fabscope.serve import HANDSHAKE_TIMEOUT_S
+from fabscope.serve.server import HANDSHAKE_TIMEOUT_S
 
 pytestmark = pytest.mark.soak
 
