@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""Validation of `fabscope compare`'s regression rule (python/fabscope/compare.py) on real runs.
+"""Validation of `fabscope compare`'s regression rule (python/fabscope/compare/) on real runs.
 
     .venv/bin/python bench/compare_validation.py [--pairs 20] [--runs 5] [--iters 1000] --out FILE
 

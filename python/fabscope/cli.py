@@ -593,7 +593,7 @@ def _fill_history(h: Parser, _with_engine: bool) -> None:
 
 
 def _fill_compare(c: Parser, _with_engine: bool) -> None:
-    from .compare import fill_compare_parser
+    from .compare.command import fill_compare_parser
 
     fill_compare_parser(c)
 
