@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fabscope.report.render import labelled_why_lines, render_text
-from fabscope.results.model import load_file
+from fabscope.results.files import load_file
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "records"
 

@@ -14,11 +14,9 @@ optional (``latency_us.histogram`` arrived in 0.2 and is None in older records).
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .counters import Counters
@@ -442,29 +440,3 @@ def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
         settings_without_effect=tuple(settings_without_effect(rec)), path=PathVerdict.of(rec["path"]), raw=rec,
         counters=counters, explanation=explanation,
     )
-
-
-def load_results(lines: Iterable[str], source: str = "input", *, judge_path: bool = False) -> list[Result]:
-    """Results from JSON lines (a ``--format json`` file, a suite's loopback.jsonl); other schemas
-    (errors, events) are skipped; a broken line is an error naming the line."""
-    out: list[Result] = []
-    for n, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise RecordError(f"{source}:{n}", f"is not JSON ({exc})") from exc
-        if not isinstance(obj, dict) or not str(obj.get("schema", "")).startswith("fabscope.result/"):
-            continue
-        try:
-            out.append(parse_record(obj, judge_path=judge_path))
-        except RecordError as exc:
-            raise RecordError(f"{source}:{n}: {exc.field}", exc.problem) from exc
-    return out
-
-
-def load_file(path: str | Path) -> list[Result]:
-    with open(path, encoding="utf-8") as fh:
-        return load_results(fh, str(path))
