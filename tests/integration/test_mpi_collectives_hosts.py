@@ -47,6 +47,7 @@ def test_openmpi_collective_over_fabric0_verified_on_every_host(testbed: dict[st
     assert rec["rank_hosts"] == ["fs-a", "fs-b", "fs-c"] and rec["verified"]["ok"] is True
     path = rec["path"]
     assert path["verdict"] == "verified" and path["requested"] == "fabric0" and path["misrouted_hosts"] == []
+    assert path["why"] == []  # a verified path names no route
     assert {h["host"] for h in path["hosts"]} == {"fs-a", "fs-b", "fs-c"}
     for host in path["hosts"]:
         assert host["counted_bytes"] >= host["required_bytes"] > 0, host
@@ -71,7 +72,8 @@ def test_mpich_ppn_places_ranks_host_by_host(testbed: dict[str, str]) -> None:
 @needs_openmpi
 def test_bytes_over_mgmt0_are_misrouted_naming_each_host(testbed: dict[str, str]) -> None:
     """UCX_NET_DEVICES=fabric0 with Open MPI's default pml ob1, which ignores it: the collective's
-    bytes go over mgmt0, and every host is named with where its bytes went (exit 5)."""
+    bytes go over mgmt0, every host is named with where its bytes went (exit 5), and why: the pml
+    and the setting that chose it, the tcp btl on every interface, with the fix (text and JSON)."""
     env = dict(testbed, UCX_NET_DEVICES="fabric0")
     rc, recs, err = collective(env, "--hosts", "fs-a,fs-b,fs-c", "--pattern", "alltoall", "--sizes", "96K")
     assert rc == 5, err
@@ -81,3 +83,17 @@ def test_bytes_over_mgmt0_are_misrouted_naming_each_host(testbed: dict[str, str]
     for host in rec["path"]["hosts"]:
         assert host["carriers"].get("mgmt0", 0) > host["counted_bytes"], host
     assert "misrouted" in err and "fs-a, fs-b, fs-c" in err
+    # Why, as a pair run's route cause says it (results/misroute.py): the pml Open MPI ran and the setting
+    # that chose it, as the record names them, the tcp btl left on every interface, and the fix.
+    transport = rec["transport"]
+    pml_set = f"pml = {transport['mca']['pml']} ({transport['mca_sources']['pml']})"
+    (why,) = rec["path"]["why"]
+    assert why["reason"].startswith(f"Open MPI ran pml ob1 ({pml_set}) with btl tcp"), why
+    assert "btl_tcp_if_include is not set" in why["reason"] and "here mgmt0, not fabric0" in why["reason"], why
+    assert "UCX_NET_DEVICES=fabric0 (environment) had no effect: pml ob1 does not use UCX" in why["reason"], why
+    assert "--mca btl_tcp_if_include fabric0" in why["fix"] and "--device fabric0" in why["fix"], why
+    text = fabscope("run", "--backend", "mpi", "--hosts", "fs-a,fs-b,fs-c", "--pattern", "alltoall", "--sizes", "96K",
+                    *QUICK, env=env, timeout=240)
+    assert text.returncode == 5, text.stderr
+    assert f"# why: route: Open MPI ran pml ob1 ({pml_set})" in text.stdout and "; fix: `fabscope ... --device " \
+        "fabric0`" in text.stdout, text.stdout

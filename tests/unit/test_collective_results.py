@@ -66,6 +66,26 @@ def test_every_host_misrouted_over_mgmt0_is_named() -> None:
     assert "fs-b: fabric0 counted 0 B rx, the algorithm must move at least 655360 B there; rx by device: mgmt0" in text
 
 
+def test_a_misrouted_collective_says_why_as_a_pair_run_does() -> None:
+    """The pair run's route reasons (results/misroute.py) read from the job's transport and the
+    launcher's environment: pml ob1 from `pml = ^ucx`, btl tcp on every interface, UCX_NET_DEVICES
+    without effect; in the JSON path and the text."""
+    res = parse_collective(_raw())
+    (why,) = res.to_json()["path"]["why"]
+    assert why["reason"] == ("Open MPI ran pml ob1 (pml = ^ucx (Open MPI's value)) with btl tcp+tcp, and "
+                             "btl_tcp_if_include is not set: btl tcp sends over every interface that reaches the peer, "
+                             "here mgmt0, not fabric0; UCX_NET_DEVICES=fabric0 (environment) had no effect: pml ob1 "
+                             "does not use UCX")
+    assert why["fix"] == ("`fabscope ... --device fabric0` (it sets btl_tcp_if_include=fabric0; mpirun: `--mca "
+                          "btl_tcp_if_include fabric0`)")
+    assert f"# why: route: {why['reason']}; fix: {why['fix']}" in render_text([res])
+    # Told to use fabric0 (btl_tcp_if_include), the same bytes over mgmt0 name no unset include.
+    raw = _raw()
+    raw["transport"]["mca"]["btl_tcp_if_include"] = "fabric0"  # type: ignore[index]
+    assert parse_collective(raw).route_reasons() == []
+    assert "# why: route: the library's report in the record names no setting" in render_text([parse_collective(raw)])
+
+
 def test_no_device_no_ceiling_said_per_host() -> None:
     res = parse_collective(_raw())
     ceiling, basis = res.ceiling()

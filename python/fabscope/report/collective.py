@@ -64,6 +64,10 @@ def path_lines(r: CollectiveResult) -> list[str]:
             out.append(f"#   {p.host}: {p.device} counted {p.counted_bytes if p.counted_bytes is not None else 'nothing'}"
                        f" B {p.direction}, the algorithm must move at least {p.required_bytes} B there; "
                        f"{p.direction} by device: {where or 'none'}")
+    if verdict == "misrouted":
+        reasons = r.route_reasons()
+        out += [f"# why: route: {reason}; fix: {fix}" for reason, fix in reasons] or [
+            "# why: route: the library's report in the record names no setting that chose it"]
     return out
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from .deltas import counter_deltas
 from .errors import RecordError
+from .misroute import collective_route_reasons
 
 COLLECTIVE_SCHEMA = "fabscope.collective/1"
 
@@ -212,6 +213,24 @@ class CollectiveResult:
     def misrouted(self) -> bool:
         return self.path_verdict == "misrouted"
 
+    def route_reasons(self) -> list[tuple[str, str]]:
+        """(reason, fix) for each setting the job's transport shows chose the device that carried a
+        misrouted host's bytes (results/misroute.py, the pair run's reasons); [] when not misrouted."""
+        wrong = [p for p in self.host_paths() if p.required_bytes > 0 and not p.verified]
+        transport = self.raw.get("transport")
+        if not wrong or not isinstance(transport, dict):
+            return []
+        carried: dict[str, int] = {}
+        for p in wrong:
+            for name, moved in p.carriers.items():
+                if name != p.device:
+                    carried[name] = carried.get(name, 0) + moved
+        carrier = max(carried, key=lambda n: carried[n]) if carried else ""
+        asked = str(self.raw.get("requested_device") or "") or wrong[0].device
+        rdma = any(wrong[0].device in (e.get("counters") or {}).get("rdma", {})
+                   for e in self.raw.get("host_counters") or [] if isinstance(e, dict))
+        return collective_route_reasons(transport, asked, rdma or ":" in asked, carrier)
+
     def figures(self) -> dict[str, Any]:
         """What this module derives, added to the record as ``figures`` (JSON output)."""
         ceiling, basis = self.ceiling()
@@ -220,8 +239,11 @@ class CollectiveResult:
                 "fraction": self.fraction}
 
     def path(self) -> dict[str, Any]:
+        """The path verdict, per host, and for a misrouted one why (``why``: each reason with its fix,
+        as a pair run's ``route`` cause words them)."""
         return {"verdict": self.path_verdict, "requested": self.requested_device,
-                "misrouted_hosts": self.misrouted_hosts, "hosts": [p.as_dict() for p in self.host_paths()]}
+                "misrouted_hosts": self.misrouted_hosts, "hosts": [p.as_dict() for p in self.host_paths()],
+                "why": [{"reason": reason, "fix": fix} for reason, fix in self.route_reasons()]}
 
     def to_json(self) -> dict[str, Any]:
         return {**self.raw, "figures": self.figures(), "path": self.path()}

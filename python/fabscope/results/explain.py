@@ -21,12 +21,12 @@ from typing import Any
 
 from ..untyped import count_at, member, number_at
 from .counters import Counters, CounterSide, DeviceCounters
-from .delay import DELAY_COST, DELAY_FIX, judge_delay
+from .delay import DELAY_COST, DELAY_FIX, DelayReference, judge_delay
 from .misroute import route_reasons
 from .pathsides import path_sides
 
-__all__ = ["CAUSES", "STATES", "BandwidthReference", "Cause", "Explanation", "LatencyReference", "explain",
-           "with_bandwidth_reference", "with_reference"]
+__all__ = ["CAUSES", "STATES", "BandwidthReference", "Cause", "DelayReference", "Explanation", "LatencyReference",
+           "explain", "with_bandwidth_reference", "with_delay_reference", "with_reference"]
 
 STATES = ("seen", "clear", "unchecked")
 CAUSES = ("segmentation", "retransmission", "mtu", "placement", "cpu", "buffers", "link", "delay", "route")
@@ -205,6 +205,8 @@ class Explanation:
     reference: LatencyReference | None = None
     reference_sought: bool = False
     bandwidth_reference: BandwidthReference | None = None
+    # The round trip of the same case's clean runs (the history), which the delay cause was read against.
+    delay_reference: DelayReference | None = None
 
     @property
     def seen(self) -> tuple[Cause, ...]:
@@ -259,6 +261,7 @@ class Explanation:
                 "achieved_fraction": self.achieved_fraction, "unexplained": self.unexplained(),
                 "reference": self.reference.to_json() if self.reference else None,
                 "bandwidth_reference": self.bandwidth_reference.to_json() if self.bandwidth_reference else None,
+                "delay_reference": self.delay_reference.to_json() if self.delay_reference else None,
                 "causes": [c.to_json() for c in self.causes]}
 
 
@@ -1028,9 +1031,10 @@ def with_reference(expl: Explanation, p50_us: float, found: LatencyReference | N
                    reference_sought=True)
 
 
-def _delay(rec: Mapping[str, Any]) -> Cause:
-    """Queueing delay on the path (delay.py decides): the round trip against the path's own floor."""
-    state, evidence = judge_delay(rec, _senders(rec))
+def _delay(rec: Mapping[str, Any], reference: DelayReference | None = None) -> Cause:
+    """Queueing delay on the path (delay.py decides): the round trip against the path's own floor and,
+    given, the round trip of the same case's clean runs in the history."""
+    state, evidence = judge_delay(rec, _senders(rec), reference)
     return Cause("delay", state, evidence, DELAY_COST if state == "seen" else None, DELAY_FIX if state == "seen" else None)
 
 
@@ -1087,6 +1091,16 @@ def with_bandwidth_reference(expl: Explanation, gbps: float, found: BandwidthRef
                        bandwidth_reference=found, reference_sought=True)
     return replace(expl, expected_basis=f"{expl.expected_basis}; this run: {versus}", bandwidth_reference=found,
                    reference_sought=True)
+
+
+def with_delay_reference(expl: Explanation, rec: Mapping[str, Any], found: DelayReference | None) -> Explanation:
+    """The explanation with its delay cause read again against the round trip the same case showed on
+    its clean runs in the history (fabscope/reference.py finds them: ``find_delay_reference``); None
+    found: as it was (the cause then reads the connection's own floor)."""
+    if found is None:
+        return expl
+    causes = tuple(_delay(rec, found) if c.cause == "delay" else c for c in expl.causes)
+    return replace(expl, causes=causes, delay_reference=found)
 
 
 def explain(rec: Mapping[str, Any], counters: Counters | None = None) -> Explanation:

@@ -22,7 +22,16 @@ from typing import Any
 from .counters import Counters
 from .cpushare import with_shared_cpu_warning
 from .errors import RecordError
-from .explain import BandwidthReference, Explanation, LatencyReference, explain, with_bandwidth_reference, with_reference
+from .explain import (
+    BandwidthReference,
+    DelayReference,
+    Explanation,
+    LatencyReference,
+    explain,
+    with_bandwidth_reference,
+    with_delay_reference,
+    with_reference,
+)
 from .histogram import Histogram
 from .pathsides import PathSide, path_sides
 from .verdict import settings_without_effect, verdict
@@ -428,6 +437,8 @@ def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
     bw_ref = BandwidthReference.parse(stored.get("bandwidth_reference")) if isinstance(stored, dict) else None
     if bw_ref is not None and bandwidth is not None and bandwidth.gbps:
         explanation = with_bandwidth_reference(explanation, bandwidth.gbps, bw_ref, history="")
+    delay_ref = DelayReference.parse(stored.get("delay_reference")) if isinstance(stored, dict) else None
+    explanation = with_delay_reference(explanation, rec, delay_ref)  # read back against the same clean runs
     rec["explanation"] = explanation.to_json()
     return Result(
         schema_version=int(num), version=_str(rec, "version"), status=str(rec.get("status") or "ok"),
