@@ -5,7 +5,7 @@ Owns: the schema names and versions this front end reads, validation (a record t
 ``RecordError`` naming the field, never a partial row), the typed view of every field the front end
 uses, and the one place the path verdict is attached (``parse_record``). The raw dict is kept, so
 JSON export is lossless: ``Result.to_json()`` is the engine's record plus ``path`` and
-``explanation`` (results/explain.py).
+``explanation`` (results/explain/).
 
 Schema policy: every ``fabscope.result/N`` with N <= ``RESULT_VERSION`` is read (records saved by
 earlier releases stay readable; tests/fixtures/records holds real ones); fields added later are
@@ -377,7 +377,7 @@ class Result:
     raw: dict[str, Any] = field(repr=False)
     # Both engines' counter snapshots around the run, typed (results/counters.py).
     counters: Counters = field(default_factory=lambda: Counters(None, None), repr=False)
-    # Why the number is what it is (results/explain.py), attached once in parse_record.
+    # Why the number is what it is (results/explain/), attached once in parse_record.
     explanation: Explanation | None = field(default=None, repr=False)
 
     @property
