@@ -121,7 +121,7 @@ def _run(ns: argparse.Namespace) -> int:
         if cap is not None:
             from pathlib import Path
 
-            from .capture import finish
+            from .capture.summary import finish
 
             captured = finish(cap)
             if peer_cap is not None:
@@ -183,12 +183,12 @@ def _plan(ns: argparse.Namespace, key: Any) -> Any:
 
 
 def _capture_start(ns: argparse.Namespace) -> Any:
-    """--capture: tcpdump listening before any engine starts (capture.py), or None."""
+    """--capture: tcpdump listening before any engine starts (capture/tcpdump.py), or None."""
     if not ns.capture:
         return None
     from pathlib import Path
 
-    from .capture import DEFAULT_MAX_PACKETS, Capture, capture_filter, choose_netdev
+    from .capture.tcpdump import DEFAULT_MAX_PACKETS, Capture, capture_filter, choose_netdev
 
     netdev = choose_netdev(getattr(ns, "eng:device", None), ns.peer, bool(ns.loopback))
     bpf = capture_filter(str(getattr(ns, "eng:backend", "tcp")), bool(ns.preload))
@@ -196,19 +196,19 @@ def _capture_start(ns: argparse.Namespace) -> Any:
 
 
 def _capture_snaplen(ns: argparse.Namespace) -> int:
-    from .capture import default_snaplen
+    from .capture.tcpdump import default_snaplen
 
     cm = str(getattr(ns, "eng:cm", "false")).lower() in ("true", "yes", "1", "on")
     return int(ns.capture_snaplen or default_snaplen(str(getattr(ns, "eng:backend", "tcp")), bool(ns.preload), cm))
 
 
 def _peer_capture_start(ns: argparse.Namespace, key: Any, local: Any) -> Any:
-    """--capture with --peer: the peer's serve captures too (capture_peer.py); if it cannot, this
+    """--capture with --peer: the peer's serve captures too (capture/peer.py); if it cannot, this
     side's capture is stopped and nothing is measured."""
     if local is None or not ns.peer:
         return None
-    from .capture import DEFAULT_MAX_PACKETS
-    from .capture_peer import PeerCapture
+    from .capture.peer import PeerCapture
+    from .capture.tcpdump import DEFAULT_MAX_PACKETS
 
     try:
         return PeerCapture.start(ns.peer, key, str(getattr(ns, "eng:backend", "tcp")), bool(ns.preload),
@@ -227,7 +227,7 @@ def _capture_report(ns: argparse.Namespace, captured: dict[str, Any], streaming:
     import json
     from pathlib import Path
 
-    from .capture import render_summary
+    from .capture.summary import render_summary
 
     Path(f"{ns.capture}.json").write_text(json.dumps(captured, indent=1) + "\n")
     sys.stdout.write(json.dumps(captured) + "\n" if streaming else render_summary(captured))

@@ -27,7 +27,7 @@ from .policy import (
 CONFIG_TIMEOUT_S = 10.0
 MAX_CONFIG_FRAME = 64 * 1024
 MAX_MESSAGE = 1000  # characters of a refusal (frame and log line)
-SERVICES = ["engine", "doctor", "capture"]  # capture: capture_peer.py
+SERVICES = ["engine", "doctor", "capture"]  # capture: capture/peer.py
 
 
 @dataclass

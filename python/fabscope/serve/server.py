@@ -284,7 +284,7 @@ class Server:
 
     def _capture(self, conn: Conn, hs: Handshake) -> None:
         """`run --peer --capture`: this host's capture of the run, for as long as a run may take."""
-        from ..capture_peer import serve_capture
+        from ..capture.peer import serve_capture
 
         device = engine_option(self.cfg.engine_args, "device")
         budget = self.cfg.limits.max_duration_s + RUN_GRACE_S + 3 * self.cfg.timeout_s
@@ -434,7 +434,7 @@ class Server:
                 run.proc.kill()
                 run.proc.wait()
         self._reap()
-        from ..capture_peer import stop_all
+        from ..capture.peer import stop_all
 
         stop_all()
         self.sock.close()
