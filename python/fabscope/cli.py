@@ -263,7 +263,7 @@ def _key(ns: argparse.Namespace) -> Any:
         return None
     if not ns.peer:
         raise FabscopeError("--key-file applies only with --peer HOST (the key of that host's serve)", EXIT_USAGE)
-    from .auth import load_key
+    from .session.auth import load_key
 
     return load_key(ns.key_file)
 
@@ -474,7 +474,8 @@ class _VersionAction(argparse.Action):
 
 
 def _fill_run(run: Parser, with_engine: bool) -> None:
-    from . import control, history
+    from . import history
+    from .session import control
 
     where = run.add_mutually_exclusive_group(required=True)
     where.add_argument("--loopback", action="store_true", help="start both engines on this host (127.0.0.1)")
@@ -534,8 +535,8 @@ def _fill_run(run: Parser, with_engine: bool) -> None:
 
 
 def _fill_serve(srv: Parser, _with_engine: bool) -> None:
-    from . import control
     from .serve.config import add_arguments as add_serve_arguments
+    from .session import control
 
     srv.add_argument("--bind", default="127.0.0.1", type=argtypes.bind_address,
                      help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
@@ -557,8 +558,9 @@ def _fill_backends(bk: Parser, _with_engine: bool) -> None:
 
 
 def _fill_suite(st: Parser, _with_engine: bool) -> None:
-    from . import control, history
+    from . import history
     from .engine import KnownBackendNames
+    from .session import control
 
     st.add_argument("--out", default="fabscope-report", type=argtypes.output_dir,
                     help="directory for the report files (JSON, CSV, Markdown)")

@@ -18,11 +18,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from . import runner
-from .auth import Key
-from .control import PeerBusy
 from .errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
 from .results import Result
 from .rspreload import Preload, explain_failure
+from .session.auth import Key
+from .session.control import PeerBusy
 
 OnResult = Callable[[Result], None]
 

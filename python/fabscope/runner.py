@@ -17,8 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .auth import Key
-from .control import engine_session_args, open_session_keyed
 from .engine import engine_option, engine_path, process_option_names
 from .errors import EXIT_MEASURE, EXIT_PEER, FabscopeError
 from .mpirun import (
@@ -32,6 +30,8 @@ from .mpirun import (
 )
 from .results import RecordError, Result, parse_record
 from .results.collective import COLLECTIVE_SCHEMA, parse_collective
+from .session.auth import Key
+from .session.control import engine_session_args, open_session_keyed
 
 Record = dict[str, Any]  # a raw engine record, before parse_record
 OnResult = Callable[[Result], None]

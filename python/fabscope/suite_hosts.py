@@ -19,7 +19,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from . import inventory, plan, runner
-from .auth import Key
 from .engine import backends as engine_backends
 from .errors import EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
 from .mpirun import MPI_FLAVOURS, find_mpi_engine
@@ -35,6 +34,7 @@ from .results import Result
 from .results.suite import SuiteSummary  # the suite's shape: owned by the result model
 from .rspreload import LABEL as PRELOAD_LABEL
 from .rspreload import Preload, find_library
+from .session.auth import Key
 from .suite_measure import DEFAULT as DEFAULT_MEASURE
 from .suite_measure import Measure
 

@@ -29,15 +29,15 @@ except ImportError:  # the hypothesis test (test_fuzz_control.py) drives one_inp
 
 if atheris is not None:
     with atheris.instrument_imports(include=["fabscope"]):
-        from fabscope import auth, control
         from fabscope.errors import FabscopeError
         from fabscope.serve import conn as serve
         from fabscope.serve import policy as serve_policy
+        from fabscope.session import auth, control
 else:
-    from fabscope import auth, control
     from fabscope.errors import FabscopeError
     from fabscope.serve import conn as serve
     from fabscope.serve import policy as serve_policy
+    from fabscope.session import auth, control
 
 KEY = auth.Key(b"fuzz-key-0123456789abcdef", auth.key_id(b"fuzz-key-0123456789abcdef"), "fuzz")
 LIMITS = serve_policy.Limits()

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from serve_helpers import make_key, serve
 
-from fabscope import auth
 from fabscope.capture.peer import PeerCapture
 from fabscope.errors import EXIT_USAGE, FabscopeError
+from fabscope.session import auth
 
 
 @pytest.mark.skipif(shutil.which("tcpdump") is not None, reason="tcpdump is installed here: the refusal needs a host "

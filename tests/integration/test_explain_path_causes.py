@@ -21,7 +21,7 @@ import netns_helpers as nh
 import pytest
 
 from conftest import REPO
-from fabscope import auth
+from fabscope.session import auth
 from fabscope.testbed import netns
 
 pytestmark = [pytest.mark.netns, nh.needs_root]

@@ -139,8 +139,8 @@ def test_the_token_never_crosses_the_wire_and_a_recorded_proof_is_refused(tmp_pa
     import json
     import struct
 
-    from fabscope import auth, control
     from fabscope.matrix.agent import AGENT_PROTO, AGENT_SERVICE
+    from fabscope.session import auth, control
 
     token = "t" * 32
     with socket.create_server(("127.0.0.1", 0)) as fake:

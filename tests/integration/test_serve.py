@@ -16,9 +16,9 @@ import pytest
 from serve_helpers import ENV, frame, make_key, read_frame, serve
 
 from conftest import fabscope, rcvlowat_for
-from fabscope import auth, control
 from fabscope.errors import FabscopeError
 from fabscope.serve.server import HANDSHAKE_TIMEOUT_S
+from fabscope.session import auth, control
 
 QUICK = ("--iters", "100", "--warmup", "10", "--sizes", "8")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from serve_helpers import frame, make_key, serve
 
-from fabscope import auth, control
+from fabscope.session import auth, control
 
 ATTACK_S = 12.0
 SOURCES = [f"127.0.0.{i}" for i in range(2, 6)]

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import control
-from ..auth import Key
 from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
+from ..session import control
+from ..session.auth import Key
 
 SERVICE = "capture"
 # Bytes of a server's capture file sent back (a 352-byte snap length x the default 200000-packet cap

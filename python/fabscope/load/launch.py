@@ -20,7 +20,7 @@ def agents_on(ns: argparse.Namespace, hosts: list[str]) -> Iterator[dict[str, Ag
     """Every host's agent, or an error naming the missing ones: a load with a host missing is not the
     load that was asked for (no silent fallback to fewer senders)."""
     if ns.coordinator:
-        from .. import control
+        from ..session import control
 
         bind, port = control.split_hostport(ns.coordinator, 0)
         advertise = bind

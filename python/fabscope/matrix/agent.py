@@ -31,10 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, auth, control
+from .. import __version__
 from ..engine import engine_path
 from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
 from ..runner import read_line_within
+from ..session import auth, control
 
 TOKEN_ENV = "FABSCOPE_MATRIX_TOKEN"
 # 2: the token is proved with auth.py's challenge-response (the coordinator greets with a nonce)
@@ -48,7 +49,7 @@ DEFAULT_IDLE_S = 600.0
 def read_token_file(path: Path, option: str = "--token-file") -> str:
     """The one-time token of a matrix run from a file (--launcher external): a regular file only its
     owner can read, as a key file; the first line, stripped."""
-    from ..auth import check_owner_only
+    from ..session.auth import check_owner_only
 
     check_owner_only(path, option, f"`fabscope matrix --launcher external --token-file {path}` creates it",
                      "join the matrix as an agent")

@@ -182,7 +182,7 @@ def _check_external(ns: argparse.Namespace, backend: str) -> None:
     if backend == "mpi":
         raise FabscopeError("--launcher external --backend mpi: each MPI pair is a job of its own launcher; "
                             "use --launcher mpirun or srun", EXIT_USAGE)
-    from .. import control
+    from ..session import control
 
     port = 0
     if ns.coordinator:
@@ -269,7 +269,7 @@ def _run_with_agents(ns: argparse.Namespace, hosts: list[str], sched: schedmod.S
     from .launch import External, Launched, agent_argv, launcher_argv
 
     if ns.coordinator:
-        from .. import control
+        from ..session import control
 
         bind, port = control.split_hostport(ns.coordinator, 0)
         advertise = bind

@@ -11,7 +11,7 @@ at a time, on a network where not every client is honest.
   3 s. So a flood of slow-loris connections, from any number of addresses, cannot keep an honest
   client (whose handshake takes milliseconds) from being served. Authenticated connections leave
   that budget.
-- Off loopback a shared key is required (auth.py: HMAC-SHA256 challenge-response); --allow limits
+- Off loopback a shared key is required (session/auth.py: HMAC-SHA256 challenge-response); --allow limits
   the source networks; serve_policy.py bounds what a client may ask (size, memory, time, rate).
 - Each run is an engine (or a doctor child) handed the accepted, authenticated socket; a second
   run while one is in progress gets an immediate "busy".

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import argtypes, auth
+from .. import argtypes
 from ..engine import backends, engine_option, validate_args
 from ..errors import EXIT_USAGE, FabscopeError
+from ..session import auth
 from .policy import (
     Limits,
     Network,

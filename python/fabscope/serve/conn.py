@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any
 
-from .. import auth, control
 from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
+from ..session import auth, control
 from .config import ServeConfig
 from .policy import (
     Refusal,

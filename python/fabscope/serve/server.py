@@ -19,9 +19,9 @@ from dataclasses import asdict
 from types import FrameType
 from typing import Any
 
-from .. import auth, control
 from ..engine import engine_option, engine_path
 from ..errors import EXIT_PEER, FabscopeError
+from ..session import auth, control
 from .config import ServeConfig, config_from_args, is_loopback
 from .conn import (
     CONFIG_TIMEOUT_S,
