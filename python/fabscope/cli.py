@@ -41,8 +41,8 @@ class Parser(argtypes.ArgumentParser):
 
 
 def _add_engine_options(p: argparse.ArgumentParser, table: dict[str, Any], skip: frozenset[str] = frozenset()) -> None:
-    from .engine import mode_option_names, option_help
-    from .plan import ENGINE_DEST
+    from .launch.engine import mode_option_names, option_help
+    from .launch.plan import ENGINE_DEST
 
     seen: set[str] = set(skip) | mode_option_names(table)  # the CLI sets those for each engine it starts
     core = p.add_argument_group("measurement options (engine)")
@@ -64,19 +64,20 @@ def _add_engine_options(p: argparse.ArgumentParser, table: dict[str, Any], skip:
 
 
 def _engine_options(ns: argparse.Namespace) -> list[tuple[str, str]]:
-    from .plan import options_given
+    from .launch.plan import options_given
 
     return options_given(ns)
 
 
 def _engine_args(ns: argparse.Namespace) -> list[str]:
-    from .plan import argv_of
+    from .launch.plan import argv_of
 
     return argv_of(_engine_options(ns))
 
 
 def _run(ns: argparse.Namespace) -> int:
-    from . import history, plan
+    from . import history
+    from .launch import plan
     from .report.render import RENDERERS
     from .results import Result
     from .results.collective import is_collective
@@ -160,7 +161,7 @@ def _reference_lookup(ns: argparse.Namespace, keep: Recorder | None) -> Any:
 def _plan(ns: argparse.Namespace, key: Any) -> Any:
     """`run`'s RunPlan (plan.py, the one owner of what the engines are told): its engine options as
     parsed, and where the two ends run."""
-    from . import plan
+    from .launch import plan
 
     where: plan.Where
     if getattr(ns, "eng:backend", "") == "mpi":
@@ -175,7 +176,7 @@ def _plan(ns: argparse.Namespace, key: Any) -> Any:
     if ns.preload:
         # The tcp engine gets no --device under the preload (it would bind to a netdev, which rsocket
         # refuses): the RDMA device named there is what the path verdict judges (rspreload.py).
-        from .rspreload import Preload
+        from .launch.rspreload import Preload
 
         preload = Preload.of(ns.preload, getattr(ns, "eng:device", None))
         options = [(k, v) for k, v in options if k != "device"]
@@ -244,7 +245,7 @@ def _check_capture_preload(ns: argparse.Namespace, backend: str) -> None:
             raise FabscopeError(f"--preload applies only to --backend tcp (an unmodified sockets program under the "
                                 f"library), but this run is --backend {backend}: drop it, or use --backend tcp",
                                 EXIT_USAGE)
-        from . import rspreload
+        from .launch import rspreload
 
         rspreload.find_library(ns.preload)
         rspreload.check_host(getattr(ns, "eng:device", None))
@@ -279,7 +280,7 @@ def _check_run(ns: argparse.Namespace) -> None:
     """Everything `run` can refuse before it starts a process: options that do not apply to the
     chosen backend or mode (exit 2 naming them), then the engine's own verdict on its options
     (`--validate-only`: types, ranges, backend scope, op/pattern/sizes, device names)."""
-    from .engine import validate_args
+    from .launch.engine import validate_args
 
     backend = str(getattr(ns, "eng:backend", "tcp"))
     pattern = str(getattr(ns, "eng:pattern", "lat"))
@@ -311,8 +312,8 @@ def _check_run(ns: argparse.Namespace) -> None:
     _refuse(["--mca"] if ns.mca and ns.mpi != "openmpi" else [],
             "--mpi openmpi (MCA parameters are Open MPI's; MPICH takes MPIR_CVAR_* variables with --env)",
             f"--mpi {ns.mpi}", "")
-    from .mpi_params import check_names
-    from .mpirun import find_mpi_engine
+    from .launch.mpi_params import check_names
+    from .launch.mpirun import find_mpi_engine
 
     check_names(ns.mpi, (k for k, _ in ns.mca or []), (k for k, _ in ns.env or []))
     try:
@@ -331,7 +332,7 @@ def _progress(ns: argparse.Namespace) -> Any:
         from rich.progress import Progress
     except ImportError:
         return None
-    from .engine import option_table  # noqa: F401  (already loaded for the parser)
+    from .launch.engine import option_table  # noqa: F401  (already loaded for the parser)
 
     total = len(sizes.split(",")) if ":" not in sizes else None
     bar = Progress(transient=True)
@@ -365,8 +366,8 @@ def _serve(ns: argparse.Namespace) -> int:
 def _backends(_ns: argparse.Namespace) -> int:
     """Every backend this fabscope knows (the engine's list): what each built one offers, and for each
     one not built, the package that builds it."""
-    from .engine import backends, engine_path, known_backends
-    from .mpirun import MPI_FLAVOURS, find_mpi_engine
+    from .launch.engine import backends, engine_path, known_backends
+    from .launch.mpirun import MPI_FLAVOURS, find_mpi_engine
 
     print(f"engine: {engine_path()}")
     built = backends()
@@ -466,7 +467,7 @@ def _exporter(ns: argparse.Namespace) -> int:
 class _VersionAction(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        from .engine import version_report
+        from .launch.engine import version_report
 
         text, ok = version_report()
         print(text)
@@ -520,7 +521,7 @@ def _fill_run(run: Parser, with_engine: bool) -> None:
                      help="collectives (--pattern allreduce, ...): ranks per host (default 1 with --hosts, 2 with "
                           "--loopback)")
     if with_engine:
-        from .engine import option_table
+        from .launch.engine import option_table
 
         _add_engine_options(run, option_table())
     history.add_store_options(run)
@@ -559,7 +560,7 @@ def _fill_backends(bk: Parser, _with_engine: bool) -> None:
 
 def _fill_suite(st: Parser, _with_engine: bool) -> None:
     from . import history
-    from .engine import KnownBackendNames
+    from .launch.engine import KnownBackendNames
     from .session import control
 
     st.add_argument("--out", default="fabscope-report", type=argtypes.output_dir,
@@ -601,14 +602,14 @@ def _fill_compare(c: Parser, _with_engine: bool) -> None:
 
 
 def _fill_matrix(m: Parser, with_engine: bool) -> None:
-    from .engine import option_table
+    from .launch.engine import option_table
     from .matrix.cli import MATRIX_MANAGED, fill_matrix_parser
 
     fill_matrix_parser(m, (lambda p: _add_engine_options(p, option_table(), MATRIX_MANAGED)) if with_engine else None)
 
 
 def _fill_load(p: Parser, with_engine: bool) -> None:
-    from .engine import option_table
+    from .launch.engine import option_table
     from .load.cli import LOAD_MANAGED, fill_load_parser
 
     fill_load_parser(p, (lambda q: _add_engine_options(q, option_table(), LOAD_MANAGED)) if with_engine else None)

@@ -10,10 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import plan, runner
-from .engine import backends
 from .errors import EXIT_UNSUPPORTED
-from .mpirun import MPI_FLAVOURS, find_mpi_engine
+from .launch import plan, runner
+from .launch.engine import backends
+from .launch.mpirun import MPI_FLAVOURS, find_mpi_engine
 from .report.markdown import markdown_table
 from .report.render import labelled_why_lines, render_csv, render_json, render_md, why_cell
 from .report.table import Column, Table

@@ -18,10 +18,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import inventory, plan, runner
-from .engine import backends as engine_backends
+from . import inventory
 from .errors import EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
-from .mpirun import MPI_FLAVOURS, find_mpi_engine
+from .launch import plan, runner
+from .launch.engine import backends as engine_backends
+from .launch.mpirun import MPI_FLAVOURS, find_mpi_engine
+from .launch.rspreload import LABEL as PRELOAD_LABEL
+from .launch.rspreload import Preload, find_library
 from .report import charts
 from .report.charts import ComparisonRow
 from .report.figures import comparison_rows, make_label
@@ -32,8 +35,6 @@ from .report.table import cell
 from .report.text_table import aligned
 from .results import Result
 from .results.suite import SuiteSummary  # the suite's shape: owned by the result model
-from .rspreload import LABEL as PRELOAD_LABEL
-from .rspreload import Preload, find_library
 from .session.auth import Key
 from .suite_measure import DEFAULT as DEFAULT_MEASURE
 from .suite_measure import Measure

@@ -15,7 +15,7 @@ from mpi_marks import needs_mpich, needs_openmpi
 from conftest import fabscope, json_lines
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-from fabscope.mpirun import find_mpi_engine
+from fabscope.launch.mpirun import find_mpi_engine
 from fabscope.results.collective import COLLECTIVE_PATTERNS, parse_collective
 
 # 3 ranks: an odd count, so that a factor (n-1)/n or a block split that assumed 2 would show.

@@ -178,7 +178,7 @@ def test_runs_per_minute_per_client(tmp_path: Path) -> None:
 
 def test_back_to_back_runs_are_not_told_busy(tmp_path: Path) -> None:
     """A run that starts while the previous run's engine is still exiting waits for it."""
-    from fabscope import runner
+    from fabscope.launch import runner
 
     with serve(tmp_path) as srv:
         for _ in range(5):

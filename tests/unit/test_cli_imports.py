@@ -39,7 +39,7 @@ def loaded(*argv: str) -> set[str]:
 ])
 def test_run_loads_none_of_the_other_commands(argv: tuple[str, ...]) -> None:
     mods = loaded(*argv)
-    assert "fabscope.plan" in mods or "fabscope.history" in mods  # it did build run's options
+    assert "fabscope.launch.plan" in mods or "fabscope.history" in mods  # it did build run's options
     assert sorted(m for m in HEAVY if m in mods) == []
 
 

@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 
-from fabscope.mpirun import check_hosts, describe_launch, device_mapping, placement_warnings
+from fabscope.launch.mpirun import check_hosts, describe_launch, device_mapping, placement_warnings
 
 
 def test_hosts_are_two_different_names() -> None:

@@ -225,8 +225,8 @@ def test_ucx_net_devices_from_the_environment_is_a_request() -> None:
 def test_the_runner_refuses_an_invalid_record_naming_the_field(tmp_path: Path) -> None:
     """A real process printing one good and one broken record: the good one is kept, typed and
     judged; the broken one ends the run with exit 4 and the field named, never a partial row."""
-    from fabscope import runner
     from fabscope.errors import EXIT_MEASURE
+    from fabscope.launch import runner
 
     good = raw("tcp-send-bw-loopback.jsonl")
     bad = copy.deepcopy(good)

@@ -107,7 +107,7 @@ class Capture:
         assert proc.stderr is not None
         deadline = time.monotonic() + _READY_S
         said: list[str] = []
-        from ..runner import read_line_within
+        from ..launch.runner import read_line_within
 
         while True:
             line = read_line_within(proc.stderr, deadline)
@@ -226,7 +226,7 @@ def _port_counters(netdev: str) -> dict[str, Any] | None:
     is the one counter reader), or None where it has none (a plain netdev, loopback)."""
     import json
 
-    from ..engine import engine_path
+    from ..launch.engine import engine_path
 
     try:
         out = subprocess.run([str(engine_path()), "--counters-json"], capture_output=True, text=True, timeout=30,

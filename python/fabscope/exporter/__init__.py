@@ -145,7 +145,7 @@ def serve(
     import http.server
     import socket
 
-    from ..engine import engine_path
+    from ..launch.engine import engine_path
     from ..session.control import split_hostport
 
     addr, port = split_hostport(listen, DEFAULT_PORT)

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..engine import engine_path
 from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
-from ..runner import read_line_within
+from ..launch.engine import engine_path
+from ..launch.runner import read_line_within
 from ..session import auth, control
 
 TOKEN_ENV = "FABSCOPE_MATRIX_TOKEN"
@@ -171,7 +171,7 @@ class Agent:
             self.send({"type": "done", "id": msg["id"], "rc": rc, "error": err if rc else None})
 
     def connect(self, msg: dict[str, Any]) -> None:
-        from ..runner import stream_client
+        from ..launch.runner import stream_client
 
         timeout_s = float(msg.get("timeout", 10))
         cmd = _engine(["--peer", str(msg["peer"])], list(msg.get("args") or []), timeout_s)

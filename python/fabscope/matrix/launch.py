@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from ..errors import EXIT_USAGE, FabscopeError
-from ..mpirun import REQUEST_ENV_PREFIXES
+from ..launch.mpirun import REQUEST_ENV_PREFIXES
 from .agent import TOKEN_ENV
 
 LAUNCHERS = ("mpirun", "srun", "external")
@@ -96,7 +96,7 @@ class Launched:
 
     def stop(self, grace_s: float = 10.0) -> int:
         """Wait for the launcher (the agents were told bye); stop its process group if it lingers."""
-        from ..runner import stop_process_group
+        from ..launch.runner import stop_process_group
 
         try:
             return self.proc.wait(timeout=grace_s)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import argtypes
-from ..engine import backends, engine_option, validate_args
 from ..errors import EXIT_USAGE, FabscopeError
+from ..launch.engine import backends, engine_option, validate_args
 from ..session import auth
 from .policy import (
     Limits,
@@ -167,7 +167,7 @@ def config_from_args(ns: argparse.Namespace, engine_args: list[str]) -> ServeCon
                     max_connections=ns.max_connections, max_connections_per_source=ns.max_connections_per_source)
     engine_env = None
     if getattr(ns, "preload", None):
-        from .. import rspreload
+        from ..launch import rspreload
 
         library = rspreload.find_library(ns.preload)
         rspreload.check_host(None)

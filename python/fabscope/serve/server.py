@@ -19,8 +19,8 @@ from dataclasses import asdict
 from types import FrameType
 from typing import Any
 
-from ..engine import engine_option, engine_path
 from ..errors import EXIT_PEER, FabscopeError
+from ..launch.engine import engine_option, engine_path
 from ..session import auth, control
 from .config import ServeConfig, config_from_args, is_loopback
 from .conn import (

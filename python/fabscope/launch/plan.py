@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ..errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
+from ..results import Result
+from ..session.auth import Key
+from ..session.control import PeerBusy
 from . import runner
-from .errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
-from .results import Result
 from .rspreload import Preload, explain_failure
-from .session.auth import Key
-from .session.control import PeerBusy
 
 OnResult = Callable[[Result], None]
 

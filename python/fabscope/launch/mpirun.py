@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import EXIT_PEER, EXIT_USAGE
 from .engine import engine_option, locate
-from .errors import EXIT_PEER, EXIT_USAGE
 
 MPI_FLAVOURS = ("openmpi", "mpich")
 LAUNCHERS = ("mpirun", "srun")
