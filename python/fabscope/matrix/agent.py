@@ -183,21 +183,27 @@ class Agent:
 def _connect_within(host: str, port: int, timeout_s: float) -> socket.socket:
     """The coordinator may not be up yet when a site's own starter runs the agents (or its host not
     yet reachable: no route while it boots): every failure but a name that does not resolve is tried
-    again until the deadline."""
+    again until the deadline. Each try (control.connect, itself retrying a refusal for up to 5 s) that
+    fails is said on stderr: one line every ~5 s while the coordinator is not up."""
     deadline = time.monotonic() + timeout_s
+    until = time.strftime("%H:%M:%S UTC", time.gmtime(time.time() + timeout_s))
     while True:
         try:
             return control.connect(host, port, max(0.5, min(5.0, deadline - time.monotonic())))
         except FabscopeError as exc:
             if isinstance(exc.__cause__, socket.gaierror):
                 raise
+            cause = exc.__cause__
+            why = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(exc)
             if time.monotonic() + 0.5 >= deadline:
-                cause = exc.__cause__
-                why = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(exc)
                 raise FabscopeError(f"matrix-agent: could not reach the coordinator at {host}:{port} within "
                                     f"{timeout_s:g} s (--connect-timeout): {why}. Is `fabscope matrix` running "
                                     "there with that --coordinator, and is its port open to this host?",
                                     EXIT_PEER) from exc
+            refused = isinstance(cause, ConnectionRefusedError)
+            print(f"fabscope matrix-agent: coordinator {host}:{port} {'not listening' if refused else 'not reachable'} "
+                  f"yet ({why}); trying again until {until} (--connect-timeout {timeout_s:g} s)",
+                  file=sys.stderr, flush=True)
             time.sleep(0.5)
 
 
