@@ -32,8 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from fabscope import runner
 from fabscope.compare import Rule, Side, compare
+from fabscope.launch import runner
 from fabscope.results import Result
 from fabscope.results.histogram import mann_whitney
 

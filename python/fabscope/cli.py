@@ -97,11 +97,13 @@ def _run(ns: argparse.Namespace) -> int:
         raise
 
     streaming = ns.format == "json"
-    referenced: dict[int, Result] = {}  # id of the runner's record -> the same with its reference
+    # Each record as it is shown and kept: the runner's, with its reference from the history. The
+    # runner hands every record it collects to on_record once, in order, so this list is the run's.
+    referenced: list[Result] = []
 
     def on_record(measured: Result) -> None:  # typed, path verdict attached by the runner
         rec = reference.attach(measured, keep.run_id if keep else None)  # read before this run's record is kept
-        referenced[id(measured)] = rec
+        referenced.append(rec)
         if keep:
             keep.add(rec)  # committed as it arrives: a kill loses at most this record
         if streaming:  # JSON lines need no table layout: each size is out the moment it is measured
@@ -129,7 +131,7 @@ def _run(ns: argparse.Namespace) -> int:
                 captured["server"] = peer_cap.finish(Path(ns.capture))
     if progress:
         progress(None)
-    outcome.records = [referenced.get(id(r), r) for r in outcome.records]
+    outcome.records = referenced
     if not streaming:
         sys.stdout.write(RENDERERS[ns.format](outcome.records))
         sys.stdout.flush()
