@@ -255,8 +255,8 @@ class ReferenceLookup:
         return cls(store, path, named, unread, owned)
 
     def attach(self, result: Result, run_id: int | None) -> Result:
-        """The result with its reference in its explanation (and in the record's ``explanation``,
-        which the JSON output and the store carry); ``run_id``: this run's id in the store, if it
+        """The result with its reference in its explanation (which the JSON output and the store
+        carry: Result.to_json); ``run_id``: this run's id in the store, if it
         has one yet (excluded). A non-latency result is returned as it is."""
         if result.explanation is None:
             return result
@@ -274,7 +274,7 @@ class ReferenceLookup:
                     self.missing.append(exc.message)  # the run fails after the results are shown
                 unread = exc.message  # a damaged record in the store: said in the basis, not fatal
         expl = with_reference(result.explanation, result.latency.p50, found, str(self.path), unread)
-        return replace(result, explanation=expl, raw=dict(result.raw, explanation=expl.to_json()))
+        return replace(result, explanation=expl)
 
     def _attach_bandwidth(self, result: Result, run_id: int | None) -> Result:
         """A bandwidth result with its reference from the history (a named one that lacks the case:
@@ -299,7 +299,7 @@ class ReferenceLookup:
             except FabscopeError as exc:
                 if exc.exit_code != EXIT_USAGE:
                     raise
-        return replace(result, explanation=expl, raw=dict(result.raw, explanation=expl.to_json()))
+        return replace(result, explanation=expl)
 
     def close(self) -> None:
         if self._owned and self.store is not None:

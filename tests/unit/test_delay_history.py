@@ -60,10 +60,10 @@ def test_the_round_trip_is_read_against_the_cases_clean_runs(tmp_path: Path) -> 
     assert "22,899 us of each round trip waited in a queue (47 x the clean runs')" in delay.evidence
     assert "the same window over the 497 us path would carry 47 x as much (rate <= window / round trip)" in delay.evidence
     assert got.explanation is not None and got.explanation.delay_reference is not None
-    js = got.raw["explanation"]
+    js = got.to_json()["explanation"]  # what the JSON output and the store carry
     assert js["delay_reference"] == {"rtt_us": {"local": 497.0, "peer": 23.0}, "run_ids": list(reversed(ids))}
     # Read back (a stored run, a file), the record keeps the reference it was judged against.
-    again = parse_record(copy.deepcopy(got.raw))
+    again = parse_record(copy.deepcopy(got.to_json()))
     assert _delay(again) == delay
 
 

@@ -399,8 +399,12 @@ class Result:
         return (self.backend, self.op, self.pattern)
 
     def to_json(self) -> dict[str, Any]:
-        """The record as the engine printed it, with the ``path`` object attached."""
-        return self.raw
+        """The record as the engine printed it, with the ``path`` object attached and the explanation
+        as decided on this Result (its references included): the typed field is the one owner, so
+        attaching a reference never has to write into the record too."""
+        if self.explanation is None:
+            return self.raw
+        return {**self.raw, "explanation": self.explanation.to_json()}
 
 
 def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
@@ -439,7 +443,6 @@ def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
         explanation = with_bandwidth_reference(explanation, bandwidth.gbps, bw_ref, history="")
     delay_ref = DelayReference.parse(stored.get("delay_reference")) if isinstance(stored, dict) else None
     explanation = with_delay_reference(explanation, rec, delay_ref)  # read back against the same clean runs
-    rec["explanation"] = explanation.to_json()
     return Result(
         schema_version=int(num), version=_str(rec, "version"), status=str(rec.get("status") or "ok"),
         backend=_str(rec, "backend"), op=_str(rec, "op"), pattern=pattern, size=_int(rec, "size"),

@@ -4,7 +4,7 @@
 The engine gathers facts around the measured phase (the transport's own report: TCP MSS, path MTU,
 netdev MTU and the segments retransmitted during the phase, TCP_INFO; the counter snapshot before
 and after; the host section). This package decides, once, from a parsed record, and
-``parse_record`` attaches the result (``rec["explanation"]``, ``Result.explanation``) the way it
+``parse_record`` attaches the result (``Result.explanation``; ``Result.to_json`` writes it out) the way it
 attaches the path verdict; every output renders that object and nobody re-derives a cause.
 
 Each cause is ``seen`` (with the facts that show it, what it plausibly cost, and the fix),
