@@ -47,13 +47,16 @@ def _groups(results: Sequence[CollectiveResult]) -> list[list[CollectiveResult]]
 
 
 def path_lines(r: CollectiveResult) -> list[str]:
-    """The expected ceiling and the path verdict of one size, the latter said per host where it is
-    not verified."""
+    """The expected ceiling, the hosts that held the collective back (when any did) and the path
+    verdict of one size, the latter said per host where it is not verified."""
     ceiling, basis = r.ceiling()
     out = []
     if r.pattern != "barrier" and len(r.hosts) > 1:
         out.append(f"# expected {r.size} B: busbw up to {ceiling:.3f} Gb/s ({basis}); reached "
                    f"{(r.fraction or 0) * 100:.1f} %" if ceiling else f"# expected {r.size} B: unknown ({basis})")
+    held, why = r.held_back()
+    if held:
+        out.append(f"# held back {r.size} B by {', '.join(held)}: {why}")
     verdict = r.path_verdict
     if verdict == "unverified":
         return out
