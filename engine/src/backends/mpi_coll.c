@@ -20,6 +20,8 @@
 #include "../core/collective.h"
 #include "../core/counters.h"
 #include "../core/linkfacts.h"
+#include "../core/placement.h"
+#include "../core/sysinfo.h"
 
 /* Ranks whose sums stay exact in float32 (256 x 65,521 < 2^24). */
 #define COLL_MAX_EXACT_RANKS 256
@@ -44,6 +46,8 @@ struct coll {
     char *probe_sbuf, *probe_rbuf;
     MPI_Request probe_send;
     struct fs_samples probe_times;
+    /* Rank 0: where every rank ran (place_ranks), added to each size's record. */
+    cJSON *placement, *oversubscribed;
 };
 
 /* The host probe's message, whatever the collective's size: large enough that a link's rate
@@ -375,6 +379,8 @@ static void add_library(cJSON *rec, const struct coll *c, uint64_t size)
 /* Each host leader's counters (fs_counters_json: before and after the measured phase) and its
  * requested netdev's rate, gathered to rank 0 as [{"rank": r, "counters": {...}, "link":
  * {device, rate_gbps, rate_source}}, ...]; NULL on the other ranks. */
+static cJSON *gather_json(const struct coll *c, const char *mine);
+
 static cJSON *gather_counters(const struct coll *c, const char *device)
 {
     char *mine = NULL;
@@ -395,6 +401,15 @@ static cJSON *gather_counters(const struct coll *c, const char *device)
         mine = cJSON_PrintUnformatted(j);
         cJSON_Delete(j);
     }
+    cJSON *out = gather_json(c, mine);
+    cJSON_free(mine);
+    return out;
+}
+
+/* Every rank's JSON text (NULL: none from that rank) gathered to rank 0 as an array of the parsed
+ * objects, in rank order, each with its "rank"; NULL on the other ranks. */
+static cJSON *gather_json(const struct coll *c, const char *mine)
+{
     int len = mine ? (int)strlen(mine) + 1 : 0;
     int *lens = c->rank == 0 ? calloc((size_t)c->nranks, sizeof *lens) : NULL;
     int *offs = c->rank == 0 ? calloc((size_t)c->nranks, sizeof *offs) : NULL;
@@ -422,7 +437,6 @@ static cJSON *gather_counters(const struct coll *c, const char *device)
             cJSON_AddItemToArray(out, e);
         }
     }
-    cJSON_free(mine);
     free(all);
     free(lens);
     free(offs);
@@ -461,6 +475,93 @@ static int probe_run(void *ctx, struct fs_err *err)
     return rc == MPI_SUCCESS ? 0 : fs_fail(err, FS_EXIT_MEASURE, "mpi: the host probe's message "
                                                                  "from rank %d to rank %d failed",
                                            from, c->rank);
+}
+
+/* --cpu for every rank, as it places a pair's engine (placement.c), each rank taking its own
+ * slot among the ranks of its machine: hosts with one boot_id are one machine (the netns
+ * testbed's hosts share this one's CPUs), so its ranks get distinct CPUs while there are enough.
+ * Rank 0 keeps where each ran (rank_placement) and, per machine, ranks that share a CPU or
+ * outnumber the CPUs they may use (oversubscribed): stated in every record, never silent. */
+static int place_ranks(struct coll *c, const struct fs_spec *spec, struct fs_err *err)
+{
+    static struct fs_sysinfo si;
+    fs_sysinfo_read(&si);
+    char (*boots)[64] = calloc((size_t)c->nranks, sizeof *boots);
+    if (!boots)
+        return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
+    char mine_boot[64];
+    snprintf(mine_boot, sizeof mine_boot, "%s", si.boot_id[0] ? si.boot_id : c->hosts[c->rank]);
+    MPI_Allgather(mine_boot, sizeof mine_boot, MPI_CHAR, boots, sizeof mine_boot, MPI_CHAR,
+                  MPI_COMM_WORLD);
+    long slot = 0;
+    for (int q = 0; q < c->rank; q++)
+        slot += strcmp(boots[q], mine_boot) == 0;
+    int rc = fs_place(spec->cpu, slot, spec->device, &si, err);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "host", c->hosts[c->rank]);
+    cJSON_AddStringToObject(j, "machine", mine_boot);
+    cJSON_AddNumberToObject(j, "slot", (double)slot);
+    fs_placement_json(&si.place, &si, j);
+    cJSON_AddStringToObject(j, "cpus_allowed", si.cpus_allowed);
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    cJSON *all = gather_json(c, rc ? NULL : text);
+    cJSON_free(text);
+    if (c->rank == 0 && all) {
+        c->oversubscribed = cJSON_CreateArray();
+        for (int r = 0; r < c->nranks; r++) {
+            int first = 1;
+            for (int q = 0; q < r && first; q++)
+                first = strcmp(boots[q], boots[r]) != 0;
+            if (!first)
+                continue;
+            /* This machine's ranks (from r on): two pinned to one CPU, or more unpinned ranks
+             * than the CPUs they may use. */
+            int shared = 0, unpinned = 0;
+            char ranks[256] = "", hosts[512] = "";
+            for (int q = r; q < c->nranks; q++) {
+                if (strcmp(boots[q], boots[r]) != 0)
+                    continue;
+                size_t at = strlen(ranks), ht = strlen(hosts);
+                snprintf(ranks + at, sizeof ranks - at, "%s%d", at ? "," : "", q);
+                if (!strstr(hosts, c->hosts[q]))
+                    snprintf(hosts + ht, sizeof hosts - ht, "%s%s", ht ? "," : "", c->hosts[q]);
+                cJSON *cpu = cJSON_GetObjectItem(cJSON_GetArrayItem(all, q), "cpu");
+                if (!cJSON_IsNumber(cpu)) {
+                    unpinned++;
+                    continue;
+                }
+                for (int p = r; p < q && !shared; p++) {
+                    cJSON *other = cJSON_GetObjectItem(cJSON_GetArrayItem(all, p), "cpu");
+                    shared = strcmp(boots[p], boots[r]) == 0 && cJSON_IsNumber(other) &&
+                             other->valuedouble == cpu->valuedouble;
+                }
+            }
+            if (!shared && !(unpinned > 1 && unpinned > si.cpus_allowed_n))
+                continue;
+            char said[1024], why[96];
+            long number;
+            struct fs_err ignored = {0};
+            if (!shared)
+                snprintf(why, sizeof why, "are not pinned and outnumber the CPUs they may use");
+            else if (fs_cpu_asked_check(spec->cpu, &number, &ignored) == 0 && number >= 0)
+                snprintf(why, sizeof why, "share CPU %ld: --cpu %ld pins every rank there", number,
+                         number);
+            else
+                snprintf(why, sizeof why, "share CPUs: more ranks than the CPUs they may use");
+            snprintf(said, sizeof said,
+                     "ranks %s (on %s, one machine) %s: a spinning rank waits for a time slice of "
+                     "the CPU it shares, and the collective with it; use fewer ranks per host "
+                     "(--ppn), hosts on other machines or --cpu auto",
+                     ranks, hosts, why);
+            cJSON_AddItemToArray(c->oversubscribed, cJSON_CreateString(said));
+        }
+        c->placement = all;
+    } else {
+        cJSON_Delete(all);
+    }
+    free(boots);
+    return rc;
 }
 
 /* The first rank of each host (by processor name, as rank_hosts says), and the probe's buffers
@@ -620,6 +721,11 @@ static int one_size(struct coll *c, const struct fs_spec *spec, uint64_t size,
             cJSON_AddStringToObject(rec, "requested_device", spec->device);
             cJSON_AddItemToObject(rec, "host_counters", counters);
             counters = NULL;
+            if (c->placement)
+                cJSON_AddItemToObject(rec, "rank_placement", cJSON_Duplicate(c->placement, 1));
+            if (c->oversubscribed)
+                cJSON_AddItemToObject(rec, "oversubscribed",
+                                      cJSON_Duplicate(c->oversubscribed, 1));
             if (probe)
                 cJSON_AddItemToObject(rec, "host_probe", probe);
             probe = NULL;
@@ -717,6 +823,8 @@ int fs_mpi_collective_main(const struct fs_spec *given, int rank, int nranks)
     }
     if (!err.code)
         probe_setup(&c, &err);
+    if (!err.code)
+        place_ranks(&c, &spec, &err);
     if (agree(rank, nranks, &err))
         goto out;
     for (size_t i = 0; i < spec.sizes.n; i++) {
@@ -727,6 +835,8 @@ int fs_mpi_collective_main(const struct fs_spec *given, int rank, int nranks)
 out:
     fs_samples_free(&mine);
     fs_samples_free(&c.probe_times);
+    cJSON_Delete(c.placement);
+    cJSON_Delete(c.oversubscribed);
     free(c.leaders);
     free(c.probe_sbuf);
     free(c.probe_rbuf);

@@ -362,6 +362,12 @@ def build_mpi_command(
             cmd += ["-H", ",".join(f"{h}:{ppn}" for h in group), "--map-by", f"ppr:{ppn}:node"]
         elif len(os.sched_getaffinity(0)) < np:
             cmd.append("--oversubscribe")
+        if ppn is not None and "OMPI_MCA_hwloc_base_binding_policy" not in full_env \
+                and "hwloc_base_binding_policy" not in mca:
+            # A collective's ranks place themselves (--cpu, as an engine does: distinct CPUs of the
+            # device's node per machine); Open MPI's own binding would leave each one CPU to "choose".
+            # A binding the user chose is kept (the engine then says it was left on that CPU).
+            cmd += ["--bind-to", "none"]
         for key, value in mca.items():
             cmd += ["--mca", key, value]
         for key in dict.fromkeys([*extra_env, *forwarded]):
@@ -377,7 +383,8 @@ def build_mpi_command(
         # testbed sets none, as its "hosts" share this machine's CPUs and core 0 of each would be
         # one CPU for both ranks (results/cpushare.py warns when that happens anyway).
         if "HYDRA_BINDING" not in full_env:
-            cmd += ["-bind-to", "core"]
+            # A collective's ranks place themselves (--cpu), as above.
+            cmd += ["-bind-to", "none" if ppn is not None else "core"]
         for key in dict.fromkeys([*extra_env, *forwarded]):
             cmd += ["-genv", key, full_env[key]]
     cmd += [engine, *engine_args]

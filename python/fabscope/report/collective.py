@@ -74,11 +74,20 @@ def path_lines(r: CollectiveResult) -> list[str]:
     return out
 
 
+def placement_lines(r: CollectiveResult) -> list[str]:
+    """Where each rank ran (its CPU, per host), and any oversubscription the engine stated."""
+    cpus = r.rank_cpus()
+    out = [f"# placement (--cpu {r.cpu_asked}): " + ", ".join(
+        f"rank {rank} {host} CPU {cpu if cpu is not None else 'not pinned'}" for rank, host, cpu, _ in cpus)] if cpus else []
+    return out + [f"# oversubscribed: {said}" for said in r.oversubscribed]
+
+
 def render_text(results: Sequence[CollectiveResult]) -> str:
     lines: list[str] = []
     for group in _groups(results):
         lines.append(_title(group[0]))
         lines += aligned(COLUMNS, [_row(r) for r in group], right=range(0, len(COLUMNS) - 2))
+        lines += placement_lines(group[0])
         for r in group:
             lines += path_lines(r)
     return "\n".join(lines) + "\n" if lines else ""

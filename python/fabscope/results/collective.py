@@ -177,6 +177,30 @@ class CollectiveResult:
             out.append(HostPath(host, ranks, device, direction, need * self.iterations, counted, carriers))
         return out
 
+    def rank_cpus(self) -> list[tuple[int, str, int | None, str]]:
+        """Where each rank ran (the engine's rank_placement, --cpu as a pair's engine is placed):
+        (rank, host, CPU or None when not pinned, how it was chosen)."""
+        out = []
+        for e in self.raw.get("rank_placement") or []:
+            if isinstance(e, dict):
+                cpu = e.get("cpu")
+                out.append((int(e.get("rank", -1)), str(e.get("host", "")), int(cpu) if isinstance(cpu, (int, float))
+                            else None, str(e.get("how", ""))))
+        return out
+
+    @property
+    def cpu_asked(self) -> str | None:
+        """--cpu as the ranks were given it (auto unless the user said), or None without placement."""
+        entries = self.raw.get("rank_placement")
+        first = entries[0] if isinstance(entries, list) and entries else None
+        return str(first.get("asked")) if isinstance(first, dict) else None
+
+    @property
+    def oversubscribed(self) -> list[str]:
+        """The engine's statements of ranks sharing a machine's CPUs ([] when each has its own)."""
+        said = self.raw.get("oversubscribed")
+        return [str(x) for x in said] if isinstance(said, list) else []
+
     def held_back(self) -> tuple[list[str], str]:
         """The hosts that held the collective back, with what that rests on: from the engine's host
         probe, each host's receive from its ring neighbours both ways (a host whose link is slow
