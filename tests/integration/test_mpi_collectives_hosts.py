@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Collectives across hosts of the netns testbed under mpirun (Open MPI through the testbed's rsh
-agent, MPICH hydra): ranks placed --ppn per host in host order, every element checked, and the
+agent, MPICH hydra) and under srun (the Slurm testbed with one slurmd per host, started once for the
+module on the same hosts): ranks placed --ppn per host in host order, every element checked, and the
 path proven per host: each host's requested device counted at least the bytes the collective must
 move there, else the run is misrouted (exit 5) naming the hosts and where their bytes went."""
 
@@ -15,6 +16,7 @@ from mpi_marks import needs_mpich, needs_openmpi
 
 from conftest import fabscope, json_lines
 from fabscope.testbed import netns
+from fabscope.testbed import slurm as slurmbed
 
 pytestmark = [pytest.mark.netns, pytest.mark.mpi, nh.needs_root]
 
@@ -30,6 +32,16 @@ def testbed() -> Iterator[dict[str, str]]:
             yield netns.launcher_env()
         finally:
             netns.down()
+
+
+@pytest.fixture(scope="module")
+def slurm_env(testbed: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The Slurm testbed on the module's netns hosts (slow to start: once for every srun test)."""
+    missing = slurmbed.missing_tools()
+    if missing:
+        pytest.skip(f"Slurm is not installed here ({', '.join(missing)} missing); `make setup` installs it")
+    with slurmbed.running(tmp_path_factory.mktemp("slurm-coll"), 60, netns.host_names(HOSTS)) as c:
+        yield {**testbed, **c.env()}
 
 
 def collective(env: dict[str, str], *args: str) -> tuple[int, list[dict[str, Any]], str]:
@@ -97,3 +109,36 @@ def test_bytes_over_mgmt0_are_misrouted_naming_each_host(testbed: dict[str, str]
     assert text.returncode == 5, text.stderr
     assert f"# why: route: Open MPI ran pml ob1 ({pml_set})" in text.stdout and "; fix: `fabscope ... --device " \
         "fabric0`" in text.stdout, text.stdout
+
+
+@pytest.mark.parametrize(("mpi", "pattern"), [pytest.param("openmpi", "allreduce", marks=needs_openmpi),
+                                              pytest.param("mpich", "alltoall", marks=needs_mpich)])
+def test_srun_one_slurm_node_per_host_verified_on_every_host(slurm_env: dict[str, str], mpi: str,
+                                                             pattern: str) -> None:
+    """srun places the ranks on the Slurm nodes (one per netns host, each with one CPU for jobs) in
+    host order; each host's fabric0 carried its share, and every element is checked."""
+    rc, recs, err = collective(slurm_env, "--launcher", "srun", "--mpi", mpi, "--hosts", "fs-a,fs-b,fs-c",
+                               "--pattern", pattern, "--sizes", "96K", "--device", "fabric0")
+    assert rc == 0, err
+    (rec,) = recs
+    assert rec["transport"]["launcher"]["name"] == "srun"
+    assert "--nodelist=fs-a,fs-b,fs-c" in rec["transport"]["launcher"]["argv"]
+    assert rec["ranks"] == 3 and rec["rank_hosts"] == ["fs-a", "fs-b", "fs-c"]
+    assert rec["verified"]["ok"] is True and rec["verified"]["elements_per_rank"] == 96 * 1024 // 4
+    path = rec["path"]
+    assert path["verdict"] == "verified" and path["misrouted_hosts"] == []
+    assert {h["host"] for h in path["hosts"]} == {"fs-a", "fs-b", "fs-c"}
+    for host in path["hosts"]:
+        assert host["ranks"] == [r for r, h in enumerate(rec["rank_hosts"]) if h == host["host"]]
+        assert host["counted_bytes"] >= host["required_bytes"] > 0, host
+
+
+@needs_openmpi
+def test_srun_more_ranks_per_node_than_its_cpus_names_the_allocation(slurm_env: dict[str, str]) -> None:
+    """Each netns node has one CPU for jobs: --ppn 2 can never be placed, and the error says what
+    was asked of Slurm (not the pair run's "one node with 2 CPUs") and the fix."""
+    rc, recs, err = collective(slurm_env, "--launcher", "srun", "--hosts", "fs-a,fs-b,fs-c", "--ppn", "2",
+                               "--pattern", "allreduce", "--sizes", "96K")
+    assert (rc, recs) == (3, []), err
+    assert "srun could not get 3 nodes (fs-a,fs-b,fs-c) with 2 CPUs each within 10 s" in err, err
+    assert "lower --ppn" in err and "Traceback" not in err
