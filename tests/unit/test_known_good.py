@@ -194,6 +194,7 @@ def test_shipped_scenarios_read_and_state_the_pitfalls(name: str) -> None:
     if name == "roce-cluster":
         assert "gid.roce_v2" in doctor and any(c.options.get("gid-index") for c in runs)
         assert any(c.options.get("backend") == "ucx" for c in runs)
+        assert any(c.kind == "collective" and c.options.get("device") == "mlx5_0:1" for c in s.checks)
     for block in path.read_text().split("\n\n"):  # explained: a comment opens the block, or ends each line
         lines = [ln for ln in block.splitlines() if ln.strip()]
         assert lines[0].startswith("#") or all("#" in ln for ln in lines), block
