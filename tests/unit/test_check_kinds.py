@@ -227,6 +227,11 @@ def test_a_load_is_judged_and_a_straddling_victim_is_inconclusive(tmp_path: Path
                    ("load", "victim_p50_factor <= 0.9"): ("fail", "FS-LOAD-003"),
                    ("load", "fraction_of_bottleneck >= 0.5"): ("inconclusive", "FS-FIG-002"),
                    ("load", "drops == 0"): ("pass", None)}
+    judged = kinds.judge_load(check, kinds.load_figures(json.loads(LOAD.read_text())))
+    low = next(j for j in judged if j.expectation == "total_gbps >= 1e6")
+    assert low.nodes == ("h0",)  # the bottleneck's host: incast's receiver
+    unfair = next(j for j in judged if j.expectation == "fairness_jain >= 0.9999")
+    assert unfair.nodes == ("h0", "h1", "h2")
 
 
 def test_a_congestion_finding_becomes_its_fault_code(tmp_path: Path) -> None:

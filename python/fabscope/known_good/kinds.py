@@ -236,6 +236,7 @@ class LoadFigures:
     intervals: dict[str, tuple[float, float]]
     findings: list[tuple[str, str, str]]
     hosts: tuple[str, ...]
+    bottleneck_host: str | None = None  # the host whose port the load's flows share (incast: the receiver)
 
 
 def load_figures(doc: dict[str, Any]) -> LoadFigures:
@@ -274,7 +275,8 @@ def load_figures(doc: dict[str, Any]) -> LoadFigures:
         missing[figure] = "no victim pair (options.victim = \"H1,H2\")" if not doc.get("victim") else \
             "the victim's latency has no histogram"
     findings = [(str(f["kind"]), str(f["summary"]), str(f.get("fix") or "")) for f in doc.get("findings") or []]
-    return LoadFigures(values, missing, intervals, findings, tuple(str(h) for h in doc.get("hosts") or []))
+    return LoadFigures(values, missing, intervals, findings, tuple(str(h) for h in doc.get("hosts") or []),
+                       str(bottleneck["host"]) if bottleneck.get("host") else None)
 
 
 def judge_load(check: CheckSpec, got: LoadFigures) -> list[Judgement]:
@@ -302,8 +304,10 @@ def judge_load(check: CheckSpec, got: LoadFigures) -> list[Judgement]:
                                  got.hosts))
         else:
             fix = "; ".join(f for _, _, f in related if f) or fault(code).fix
+            # Too little carried: the shared port's host is the node named (its link is the bottleneck).
+            nodes = (got.bottleneck_host,) if code == "FS-LOAD-006" and got.bottleneck_host else got.hosts
             out.append(Judgement(check.name, "load", e.text, _violated(e), code, value, e.rule.factor,
-                                 f"{said}; not {e.rule.op} {e.rule.factor:g}", fix, got.hosts))
+                                 f"{said}; not {e.rule.op} {e.rule.factor:g}", fix, nodes))
     # A congestion finding no expectation spoke to is still said: a warning with its code.
     for kind, summary, fix in got.findings:
         found = FINDING_CODES.get(kind)
