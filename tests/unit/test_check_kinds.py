@@ -82,6 +82,8 @@ def test_the_three_kinds_validate_and_run_nothing(tmp_path: Path) -> None:
     (('kind = "collective"', 'kind = "collective"\nrepeat = 2'), 16, "repeat in check 'coll': a collective check"),
     (('pattern = "incast", ', ''), 19, "options.pattern = None in check 'incast': a load check names its pattern"),
     (('kind = "load"', 'kind = "load"\nrows = ["tcp"]'), 22, "rows in check 'incast': applies only to kind = \"suite\""),
+    (('rows = ["tcp send lat"]', 'rows = ["tpc send lat"]'), 9, "rows: 'tpc send lat' in check 'suite' does not start"),
+    (('ppn = 2,', 'ppn = 2, backend = "tcp",'), 16, "check 'coll': --pattern allreduce is a collective"),
     (('hosts = ["a", "b", "c"]', 'hosts = []'), 13, "check 'coll': a collective needs the scenario's hosts"),
 ])
 def test_bad_input_is_a_named_error_with_its_line(tmp_path: Path, edit: tuple[str, str], line: int, says: str) -> None:

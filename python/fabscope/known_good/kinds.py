@@ -52,7 +52,7 @@ def suite_argv(check: CheckSpec, scenario: Scenario, out: str) -> list[str]:
 def collective_argv(check: CheckSpec, scenario: Scenario) -> list[str]:
     where = (["--loopback"] if check.loopback
              else ["--hosts", ",".join(scenario.hosts), "--launcher", scenario.launcher or "mpirun"])
-    return ["run", "--backend", "mpi", *where, *_options(check, skip=("backend",))]
+    return ["run", "--backend", "mpi", *where, *_options(check)]  # a backend option other than mpi is refused
 
 
 def load_argv(check: CheckSpec, scenario: Scenario) -> list[str]:

@@ -287,6 +287,14 @@ def _check(path: Path, index: int, raw: Any, where: _Lines) -> CheckSpec:
     if not all(isinstance(r, str) and r.split() for r in rows):
         raise _err(path, where.key("rows", index), f"rows = {rows!r} {label}: each is \"backend [op [pattern]]\", "
                                                    "e.g. \"tcp\", \"ucx tag lat\"")
+    if rows:
+        from ..engine import known_backends
+
+        known = [b.name for b in known_backends()]
+        for r in rows:
+            if r.split()[0] not in known:
+                raise _err(path, where.key("rows", index), f"rows: {r!r} {label} does not start with a backend "
+                                                           f"(known: {', '.join(known)})")
     figures = figures_of(kind, options)
     exps: list[Expectation] = []
     for level in ("expect", "warn"):
