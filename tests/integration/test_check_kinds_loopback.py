@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import html5lib
 import junitparser
 import pytest
 from mpi_marks import needs_openmpi
@@ -47,8 +48,8 @@ def _check(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> tupl
     scenario = tmp_path / "s.toml"
     scenario.write_text(text)
     junit = tmp_path / "check.xml"
-    got = fabscope("check", str(scenario), "--no-store", "--format", "json", "--junit", str(junit), timeout=400,
-                   env=env)
+    got = fabscope("check", str(scenario), "--no-store", "--format", "json", "--junit", str(junit), "--html",
+                   str(tmp_path / "check.html"), timeout=400, env=env)
     assert got.stdout.strip(), got.stderr
     return got.returncode, json.loads(got.stdout), junit
 
@@ -67,6 +68,10 @@ def test_a_suite_check_judges_its_counts_and_selected_rows(tmp_path: Path) -> No
     xml = junitparser.JUnitXml.fromfile(str(junit))
     types = {r.type for suite in xml for case in suite for r in case.result if isinstance(r, junitparser.Failure)}
     assert types == {"FS-BW-001"} and (xml.tests, xml.failures) == (6, 2)
+    page = (tmp_path / "check.html").read_text()  # the judgements, then the suite's records drawn
+    html5lib.HTMLParser(strict=True).parse(page)
+    section = page.split("<h2>Known-good check: suite-loopback</h2>", 1)[1]
+    assert "FS-BW-001" in section and section.index("defective links") < section.index("<svg")
 
 
 @needs_openmpi

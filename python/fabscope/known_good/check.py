@@ -404,7 +404,7 @@ def run_scenario(scenario: Scenario, store_path: str | None, no_store: bool, tag
         elif check.kind in ("suite", "collective", "load"):
             from . import kinds
 
-            got = (kinds.suite_check(check, scenario, store_args) if check.kind == "suite"
+            got = (kinds.suite_check(check, scenario, store_args, runs) if check.kind == "suite"
                    else kinds.collective_check(check, scenario) if check.kind == "collective"
                    else kinds.load_check(check, scenario, store_args))
         else:

@@ -134,7 +134,8 @@ def judge_suite(check: CheckSpec, scenario: Scenario, summary: SuiteSummary, rec
     return out
 
 
-def suite_check(check: CheckSpec, scenario: Scenario, store_args: list[str]) -> list[Judgement]:
+def suite_check(check: CheckSpec, scenario: Scenario, store_args: list[str], runs: list[list[Result]]) -> list[Judgement]:
+    """Run the suite and judge it; its records are appended to ``runs`` (the HTML report draws them)."""
     with tempfile.TemporaryDirectory(prefix="fabscope-check-suite-") as tmp:
         ran = run_fabscope([*suite_argv(check, scenario, tmp), *store_args])
         where = (_this_host(),) if check.loopback else (_this_host(), (check.peer or scenario.hosts[-1]).rsplit(":", 1)[0])
@@ -145,6 +146,7 @@ def suite_check(check: CheckSpec, scenario: Scenario, store_args: list[str]) -> 
                        for line in jsonl.read_text().splitlines() if line.startswith("{")]
         except (OSError, ValueError, RecordError):
             return [_failed_command(check, ran, where)]
+    runs.append(records)
     return judge_suite(check, scenario, summary, records)
 
 
