@@ -210,6 +210,13 @@ def test_suite_summary_shape() -> None:
     with pytest.raises(RecordError) as err:
         SuiteSummary.parse({**obj, "line_rates_gbps": {"fabric0": "fast"}})
     assert err.value.field == "line_rates_gbps"
+    # the rows that did not finish: kept as objects; a summary from before them still reads
+    failed = {**obj, "failed": [{"row": "ucx tag lat", "exit_code": 2, "error": "no device 'bogus0'"}]}
+    assert SuiteSummary.parse(failed).failed == failed["failed"]
+    assert SuiteSummary.parse({k: v for k, v in obj.items() if k != "failed"}).failed == []
+    with pytest.raises(RecordError) as err:
+        SuiteSummary.parse({**obj, "failed": ["ucx tag lat FAILED"]})
+    assert err.value.field == "failed"
 
 
 def test_ucx_net_devices_from_the_environment_is_a_request() -> None:
