@@ -51,3 +51,19 @@ def test_suite_backends_picks_rows_and_refuses_a_backend_with_none(tmp_path: Pat
     assert "no verbs row can run here" in refused.stderr and "no RDMA device" in refused.stderr
     bad = fabscope("suite", "--backends", "tcp,tpc", "--out", str(tmp_path / "b"), timeout=60)
     assert bad.returncode == 2 and "--backends" in bad.stderr and "'tpc'" in bad.stderr
+
+
+def test_rows_the_engine_refuses_fail_at_once_each_named(tmp_path: Path) -> None:
+    """A device UCX lacks (UCX_NET_DEVICES from the environment): every ucx row is FAILED with the
+    engine's own words and exit 2, suite.json lists them (what a suite check reads), the suite exits
+    4 (plan.rows_exit_code: a row failed). Each row's client refuses before it connects, so its
+    server is stopped then: it used to wait its whole --timeout for the client (10 s a row, 3
+    minutes for this table; the deadline below is a fifth of that)."""
+    out = fabscope("suite", "--quick", "--no-store", "--backends", "ucx", "--out", str(tmp_path), timeout=36,
+                   env={"UCX_NET_DEVICES": "bogus0"})
+    assert out.returncode == 4, out.stdout[-2000:] + out.stderr[-2000:]
+    failed = json.loads((tmp_path / "suite.json").read_text())["failed"]
+    rows = [line for line in out.stdout.splitlines() if line.startswith("ucx ")]
+    assert rows and all("FAILED (exit 2)" in r and "'bogus0'" in r for r in rows), out.stdout
+    assert len(failed) == len(rows) and {f["exit_code"] for f in failed} == {2}, failed
+    assert all("UCX has no network device 'bogus0'" in f["error"] for f in failed), failed

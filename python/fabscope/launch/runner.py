@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from ..errors import EXIT_MEASURE, EXIT_PEER, FabscopeError
+from ..errors import EXIT_MEASURE, EXIT_PEER, EXIT_USAGE, FabscopeError
 from ..results import RecordError, Result, parse_record
 from ..results.collective import COLLECTIVE_SCHEMA, parse_collective
 from ..session.auth import Key
@@ -277,6 +277,11 @@ def run_loopback(
             client_cmd = [engine, "--peer", f"127.0.0.1:{port}", "--timeout", str(timeout_s), *engine_args,
                           *client_place]
             outcome = stream_client(client_cmd, timeout_s, on_record, env, amend=amend)
+            if outcome.exit_code == EXIT_USAGE and not outcome.records:
+                # The client refused its options before it connected (a device UCX does not have):
+                # the server would wait its whole --timeout for a client that never comes, 10 s
+                # a row of a suite.
+                server.kill()
             try:
                 server.wait(timeout=timeout_s + 5)
             except subprocess.TimeoutExpired:
