@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from . import argtypes
 from .errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, FabscopeError
-from .suite_measure import Measure
+from .suite.measure import Measure
 
 if TYPE_CHECKING:
     from .history import Recorder
@@ -419,7 +419,7 @@ def _check_suite(ns: argparse.Namespace) -> None:
 
 
 def _suite(ns: argparse.Namespace) -> int:
-    from .suite import run_suite
+    from .suite.loopback import run_suite
 
     try:  # the report directory exists before the first case runs, or the suite does not start
         ns.out.mkdir(parents=True, exist_ok=True)
@@ -427,8 +427,8 @@ def _suite(ns: argparse.Namespace) -> int:
         raise FabscopeError(f"--out {argtypes.shown(str(ns.out))}: cannot create it: {exc.strerror}", EXIT_USAGE) from exc
     from . import history
 
-    if ns.peer or ns.hosts:  # between two hosts: suite_hosts.py
-        from .suite_hosts import run_suite_hosts
+    if ns.peer or ns.hosts:  # between two hosts: suite/hosts.py
+        from .suite.hosts import run_suite_hosts
 
         rc = run_suite_hosts(str(ns.out), peer=ns.peer, hosts=ns.hosts, device=ns.device, key=_key(ns),
                              launcher=ns.launcher, timeout_s=ns.timeout, measure=Measure(quick=ns.quick), backends=ns.backends,

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from conftest import engine_bin, fabscope
-from fabscope.suite import NEEDS_RDMA
+from fabscope.suite.loopback import NEEDS_RDMA
 
 
 def test_suite_runs_every_built_backend_and_writes_the_report(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fabscope.inventory import load
-from fabscope.suite_hosts import netdev_behind, transports
+from fabscope.suite.hosts import netdev_behind, transports
 
 INV = Path(__file__).resolve().parents[1] / "fixtures" / "inventory"
 

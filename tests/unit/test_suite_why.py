@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from conftest import REPO
-from fabscope import suite
 from fabscope.report.figures import comparison_rows
 from fabscope.report.inputs import read_inputs
 from fabscope.report.markdown import comparison_markdown
 from fabscope.results import Result, load_file, parse_record
-from fabscope.suite_hosts import text_table
+from fabscope.suite import loopback as suite
+from fabscope.suite.hosts import text_table
 
 FIXTURES = REPO / "tests" / "fixtures"
 FACTS = FIXTURES / "records" / "tcp-send-bw-32k-64k-explain-facts.jsonl"  # 32 KiB: nothing; 64 KiB: segmentation

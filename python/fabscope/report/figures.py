@@ -14,7 +14,7 @@ from typing import Any
 
 from ..results import Result
 from ..results.histogram import merge
-from ..suite_measure import BW_LARGE, BW_MID, LAT_MID, LAT_SMALL  # the suite owns its sizes
+from ..suite.measure import BW_LARGE, BW_MID, LAT_MID, LAT_SMALL  # the suite owns its sizes
 from ..untyped import mapping, member
 from .charts import BandwidthSeries, ComparisonRow, Distribution, LatencySeries, compact_runs
 from .render import causes_seen, labelled_why_lines

@@ -19,26 +19,26 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import inventory
-from .errors import EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
-from .launch import plan, runner
-from .launch.engine import backends as engine_backends
-from .launch.mpirun import MPI_FLAVOURS, find_mpi_engine
-from .launch.rspreload import LABEL as PRELOAD_LABEL
-from .launch.rspreload import Preload, find_library
-from .report import charts
-from .report.charts import ComparisonRow
-from .report.figures import comparison_rows, make_label
-from .report.html import ReportInput, render_html
-from .report.markdown import comparison_markdown
-from .report.render import render_csv, render_json, render_md
-from .report.table import cell
-from .report.text_table import aligned
-from .results import Result
-from .results.suite import SuiteSummary  # the suite's shape: owned by the result model
-from .session.auth import Key
-from .suite_measure import DEFAULT as DEFAULT_MEASURE
-from .suite_measure import Measure
+from .. import inventory
+from ..errors import EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
+from ..launch import plan, runner
+from ..launch.engine import backends as engine_backends
+from ..launch.mpirun import MPI_FLAVOURS, find_mpi_engine
+from ..launch.rspreload import LABEL as PRELOAD_LABEL
+from ..launch.rspreload import Preload, find_library
+from ..report import charts
+from ..report.charts import ComparisonRow
+from ..report.figures import comparison_rows, make_label
+from ..report.html import ReportInput, render_html
+from ..report.markdown import comparison_markdown
+from ..report.render import render_csv, render_json, render_md
+from ..report.table import cell
+from ..report.text_table import aligned
+from ..results import Result
+from ..results.suite import SuiteSummary  # the suite's shape: owned by the result model
+from ..session.auth import Key
+from .measure import DEFAULT as DEFAULT_MEASURE
+from .measure import Measure
 
 # libfabric providers that only reach processes on the same host.
 HOST_LOCAL_PROVIDERS = ("shm", "sm2", "self")
@@ -252,7 +252,7 @@ def _plan(t: Transport, pattern: str, measure: Measure, where: plan.Where, timeo
 def line_rates_gbps() -> dict[str, float]:
     """This host's port rates: RDMA ports (device and device/port) and physical netdevs. A virtual
     netdev's "speed" (veth says 10000) is no line rate, so it is left out: unknown, not invented."""
-    from .devices import discover
+    from ..devices import discover
 
     inv = discover()
     out: dict[str, float] = {}

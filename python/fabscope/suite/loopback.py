@@ -12,19 +12,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import EXIT_UNSUPPORTED
-from .launch import plan, runner
-from .launch.engine import backends
-from .launch.mpirun import MPI_FLAVOURS, find_mpi_engine
-from .report.markdown import markdown_table
-from .report.render import labelled_why_lines, render_csv, render_json, render_md, why_cell
-from .report.table import Column, Table
-from .report.text_table import aligned
-from .results import Result
-from .results.suite import SuiteSummary
-from .suite_hosts import only_backends, verbs_on_this_host
-from .suite_measure import DEFAULT as DEFAULT_MEASURE
-from .suite_measure import Measure
+from ..errors import EXIT_UNSUPPORTED
+from ..launch import plan, runner
+from ..launch.engine import backends
+from ..launch.mpirun import MPI_FLAVOURS, find_mpi_engine
+from ..report.markdown import markdown_table
+from ..report.render import labelled_why_lines, render_csv, render_json, render_md, why_cell
+from ..report.table import Column, Table
+from ..report.text_table import aligned
+from ..results import Result
+from ..results.suite import SuiteSummary
+from .hosts import only_backends, verbs_on_this_host
+from .measure import DEFAULT as DEFAULT_MEASURE
+from .measure import Measure
 
 
 @dataclass
