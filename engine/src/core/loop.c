@@ -22,6 +22,16 @@ static uint64_t tv_ns(struct timeval tv)
     return (uint64_t)tv.tv_sec * 1000000000ull + (uint64_t)tv.tv_usec * 1000ull;
 }
 
+/* CLOCK_REALTIME in ns: where a phase began on the hosts' shared (NTP) time line. Read once per
+ * phase, outside the timed loop; the loop's own clock stays fs_now_ns. */
+static uint64_t unix_now_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts))
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* The thread's CPU account at a phase edge; the difference of two is the phase's. Outside the
  * measured path: two system calls per phase. */
 static void cpu_mark(struct fs_side_view *v, int end)
@@ -552,6 +562,7 @@ static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uin
     uint64_t t_last_rx = 0;
     const uint64_t depth = (uint64_t)r->spec.tx_depth;
     uint64_t start = fs_now_ns(), now = start;
+    v->start_unix_ns = unix_now_ns();
     uint64_t t_end = t_max_ns ? start + t_max_ns : 0;
     int send_done = !do_send;
     /* A receiver needs the peer's count to know when to stop; so does an idle target. In bibw
@@ -740,7 +751,7 @@ static const struct view_count phase_counts[] = {
     VIEW_COUNT("tx_msgs", tx_msgs),       VIEW_COUNT("tx_span_ns", tx_span_ns),
     VIEW_COUNT("rx_msgs", rx_msgs),       VIEW_COUNT("rx_timed_msgs", rx_timed_msgs),
     VIEW_COUNT("rx_span_ns", rx_span_ns), VIEW_COUNT("rx_lost", rx_lost),
-    VIEW_COUNT("control_polls", control_polls),
+    VIEW_COUNT("control_polls", control_polls), VIEW_COUNT("start_unix_ns", start_unix_ns),
 };
 static const struct view_count cpu_use_counts[] = { /* in "cpu_use" */
     VIEW_COUNT("wall_ns", wall_ns), VIEW_COUNT("user_ns", user_ns), VIEW_COUNT("sys_ns", sys_ns),
