@@ -138,7 +138,7 @@ def decide(run: LoadRun) -> list[Finding]:
             f"{b.links_in} links into one at {b.where}: oversubscribed {b.links_in}:1; {b.flows} flows share {rate}"
             + (f", a fair share of {share:.4g} Gb/s each" if share else ""),
             {"links_in": b.links_in, "flows": b.flows, "rate_gbps": b.rate_gbps, "fair_share_gbps": share,
-             "concurrent_gbps": run.concurrent_gbps},
+             "total_gbps": run.total_gbps, "concurrent_gbps": run.concurrent_gbps},
             cost=f"each flow gets at most 1/{b.flows} of the port", fix="expected for this pattern; spread the "
             "receivers (placement), or add bandwidth at the receiving port, if the total is not enough"))
     lost, sent, by_dst = _loss(load)
@@ -186,7 +186,10 @@ def decide(run: LoadRun) -> list[Finding]:
     short_median = sorted(short)[len(short) // 2] if short else None
     unfair_run = index is not None and index < UNFAIR_JAIN
     unfair_short = short_median is not None and short_median < UNFAIR_SHORT_JAIN
-    stalled = stalls({f.flow.name: f.intervals_gbps for f in load if f.gbps is not None}, share)
+    # Against the fair share (a fixed rate) a flow stalls in its own intervals, whenever they were;
+    # against the intervals' mean the flows must be compared on common boundaries.
+    stalled = stalls({f.flow.name: f.intervals_gbps for f in load if f.gbps is not None} if share
+                     else run.common_series, share)
     if len(rates) > 1 and index is not None and (unfair_run or unfair_short or stalled):
         ref = "the fair share" if share else "the interval's mean"
         when = (f"Jain's fairness index {index:.3f} over {len(rates)} flows" if unfair_run else
@@ -228,3 +231,4 @@ def decide(run: LoadRun) -> list[Finding]:
                         "shallower queues with ECN so queueing delay stays low"))
                 break
     return found
+
