@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""A load's total and per-interval sums count only bytes that crossed the port at the same time (issue 48).
+"""A load's total and per-interval sums count only bytes that crossed the port at the same time, and a
+victim's slowdown is blamed on the fabric only when its path crosses the hot port (issue 48).
 
 The saved run (tests/fixtures/records/netns-load-incast-7to1-shallow.jsonl, README there) is incast
 7 -> 1 into a 100 Mbit/s port whose flows' measured phases began up to 4.1 s apart: the old arithmetic
@@ -7,13 +8,14 @@ The saved run (tests/fixtures/records/netns-load-incast-7to1-shallow.jsonl, READ
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 import pytest
 
 from conftest import REPO
-from fabscope.load import judge
+from fabscope.load import findings, judge
 from fabscope.load.model import FlowResult, LoadRun, VictimResult, flow_result
 from fabscope.load.patterns import Flow
 
@@ -86,3 +88,43 @@ def test_intervals_are_summed_on_common_boundaries() -> None:
     # windows that never overlap for a whole interval have no common interval
     assert judge.common_intervals([window(0.0, [0.1], 1.0), window(0.6, [0.1], 1.0)]) == []
 
+
+def kinds(run: LoadRun) -> list[str]:
+    return [f.kind for f in findings.decide(run)]
+
+
+def test_a_victim_on_the_loads_cpus_is_a_host_effect_not_the_fabric() -> None:
+    run = saved_run()
+    assert run.victim is not None and run.victim.impacts[1].low > findings.VICTIM_FACTOR  # 2.05x at p99
+    found = {f.kind: f for f in findings.decide(run)}
+    assert "victim" not in found
+    host = found["victim-host"]
+    assert "does not cross the hot port (fs-a's link" in host.summary and "14 of the load's engines" in host.summary
+    shared = host.evidence["shared_cpus"]
+    assert shared["load_engines_on_it"] == 14 and shared["cpus_allowed"] == "0,1"
+    assert set(shared["victim_cpu_use"]["congested"]) == {"local", "peer"}
+    # a host effect is no congestion: alone it leaves the exit code clean; the loss makes it 13
+    run.findings = [host]
+    assert run.exit_code == 0
+    run.findings = findings.decide(run)
+    assert run.exit_code == 13
+
+
+def test_a_victim_through_the_hot_port_is_the_fabrics() -> None:
+    run = saved_run()
+    b = run.bottleneck
+    run.bottleneck = judge.Bottleneck(b.where, "fs-j", b.links_in, b.flows, b.rate_gbps, b.rate_source)
+    victim = next(f for f in findings.decide(run) if f.kind.startswith("victim"))
+    assert victim.kind == "victim" and "crosses the hot port" in victim.summary
+
+
+def test_a_victim_on_other_machines_off_the_hot_port_is_not_explained_away() -> None:
+    run = saved_run()
+    assert run.victim is not None and run.victim.congested is not None and run.victim.congested.result
+    congested = copy.deepcopy(run.victim.congested.result.raw)
+    for side in ("host", "peer_host"):
+        congested[side]["boot_id"] = f"another-machine-{side}"
+    run.victim.congested = as_result(99, {"src": "fs-i", "dst": "fs-j", "lane": 0, "role": "victim", "error": None,
+                                          "record": congested, "started": 0.0, "ended": 0.0})
+    got = [k for k in kinds(run) if k.startswith("victim")]
+    assert got == ["victim-unexplained"]
