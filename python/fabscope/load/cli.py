@@ -123,9 +123,9 @@ def run_load(ns: argparse.Namespace) -> int:
     if not hasattr(ns, "checked"):
         check_load(ns)
     from ..history import recorder
+    from ..matrix.launch import agents_on
     from ..results.histogram import Histogram
     from . import findings, judge, render
-    from .launch import agents_on
     from .model import VictimResult
     from .run import run_flows
 
@@ -142,7 +142,7 @@ def run_load(ns: argparse.Namespace) -> int:
     device = ns.address_of or _engine(ns, "device")
     victim_flow = Flow(len(flows), ns.victim[0], ns.victim[1], 0, "victim") if ns.victim else None
     everyone = hosts + (list(ns.victim) if ns.victim else [])
-    with agents_on(ns, everyone) as agents:
+    with agents_on(ns, everyone, "load", len(everyone)) as agents:
         isolated = run_flows(agents, [victim_flow], args, timeout, device, 1)[0] if victim_flow else None
         results = run_flows(agents, [*flows, *([victim_flow] if victim_flow else [])], args, timeout, device, 2)
     load = [r for r in results if r.flow.role == "load"]
