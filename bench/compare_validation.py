@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""Validation of `fabscope compare`'s regression rule (python/fabscope/compare.py) on real runs.
+"""Validation of `fabscope compare`'s regression rule (python/fabscope/compare/) on real runs.
 
     .venv/bin/python bench/compare_validation.py [--pairs 20] [--runs 5] [--iters 1000] --out FILE
 
@@ -32,8 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from fabscope import runner
 from fabscope.compare import Rule, Side, compare
+from fabscope.launch import runner
 from fabscope.results import Result
 from fabscope.results.histogram import mann_whitney
 

@@ -50,8 +50,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
 
 from fabscope import exporter  # noqa: E402
-from fabscope.engine import engine_path  # noqa: E402
 from fabscope.exporter.text import Exposition  # noqa: E402
+from fabscope.launch.engine import engine_path  # noqa: E402
 
 FIX = REPO / "tests" / "fixtures" / "sysfs"
 RXE = FIX / "rxe-qemu" / "sys" / "class"

@@ -66,8 +66,9 @@ def guest_timeout(deadline_s: float) -> pytest.MarkDecorator:
 
 def guest_awaits_listeners(listeners: list[str], name: str = "serves-ready", deadline_s: int = 600) -> str:
     """A line of a client guest's script that waits for each listener of the server guest (tcp:PORT,
-    cm:PORT; tests/softroce/await_listener.sh) before the clients after it start: the testbed gives
-    the server guest's command a fixed head start, not a readiness. Its exit status goes to
+    cm:PORT; tests/softroce/await_listener.sh) before the clients after it start: the testbed waits
+    only until the server guest's command has some listener, the first of several servers it may
+    start. Its exit status goes to
     /out/NAME.rc (0: all listen), what it said to /out/NAME.err: see guest_awaited."""
     return (f"ready=0; for l in {' '.join(listeners)}; do "
             f"sh /fabscope/tests/softroce/await_listener.sh peer $l {deadline_s} || {{ ready=$?; break; }}; "

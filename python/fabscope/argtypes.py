@@ -217,7 +217,7 @@ def choice_list(allowed: Sequence[str]) -> Callable[[str], list[str]]:
 def host_port(default_port: int) -> Callable[[str], str]:
     """HOST[:PORT] or [IPv6]:PORT (control.split_hostport's forms), the host checked as in
     hostname() and the port 1 to 65535; returns the text unchanged (the engine parses it)."""
-    from . import control
+    from .session import control
 
     def parse(value: str) -> str:
         try:

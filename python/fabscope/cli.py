@@ -41,8 +41,8 @@ class Parser(argtypes.ArgumentParser):
 
 
 def _add_engine_options(p: argparse.ArgumentParser, table: dict[str, Any], skip: frozenset[str] = frozenset()) -> None:
-    from .engine import mode_option_names, option_help
-    from .plan import ENGINE_DEST
+    from .launch.engine import mode_option_names, option_help
+    from .launch.plan import ENGINE_DEST
 
     seen: set[str] = set(skip) | mode_option_names(table)  # the CLI sets those for each engine it starts
     core = p.add_argument_group("measurement options (engine)")
@@ -64,19 +64,20 @@ def _add_engine_options(p: argparse.ArgumentParser, table: dict[str, Any], skip:
 
 
 def _engine_options(ns: argparse.Namespace) -> list[tuple[str, str]]:
-    from .plan import options_given
+    from .launch.plan import options_given
 
     return options_given(ns)
 
 
 def _engine_args(ns: argparse.Namespace) -> list[str]:
-    from .plan import argv_of
+    from .launch.plan import argv_of
 
     return argv_of(_engine_options(ns))
 
 
 def _run(ns: argparse.Namespace) -> int:
-    from . import history, plan
+    from . import history
+    from .launch import plan
     from .report.render import RENDERERS
     from .results import Result
     from .results.collective import is_collective
@@ -96,11 +97,13 @@ def _run(ns: argparse.Namespace) -> int:
         raise
 
     streaming = ns.format == "json"
-    referenced: dict[int, Result] = {}  # id of the runner's record -> the same with its reference
+    # Each record as it is shown and kept: the runner's, with its reference from the history. The
+    # runner hands every record it collects to on_record once, in order, so this list is the run's.
+    referenced: list[Result] = []
 
     def on_record(measured: Result) -> None:  # typed, path verdict attached by the runner
         rec = reference.attach(measured, keep.run_id if keep else None)  # read before this run's record is kept
-        referenced[id(measured)] = rec
+        referenced.append(rec)
         if keep:
             keep.add(rec)  # committed as it arrives: a kill loses at most this record
         if streaming:  # JSON lines need no table layout: each size is out the moment it is measured
@@ -121,14 +124,14 @@ def _run(ns: argparse.Namespace) -> int:
         if cap is not None:
             from pathlib import Path
 
-            from .capture import finish
+            from .capture.summary import finish
 
             captured = finish(cap)
             if peer_cap is not None:
                 captured["server"] = peer_cap.finish(Path(ns.capture))
     if progress:
         progress(None)
-    outcome.records = [referenced.get(id(r), r) for r in outcome.records]
+    outcome.records = referenced
     if not streaming:
         sys.stdout.write(RENDERERS[ns.format](outcome.records))
         sys.stdout.flush()
@@ -160,7 +163,7 @@ def _reference_lookup(ns: argparse.Namespace, keep: Recorder | None) -> Any:
 def _plan(ns: argparse.Namespace, key: Any) -> Any:
     """`run`'s RunPlan (plan.py, the one owner of what the engines are told): its engine options as
     parsed, and where the two ends run."""
-    from . import plan
+    from .launch import plan
 
     where: plan.Where
     if getattr(ns, "eng:backend", "") == "mpi":
@@ -175,7 +178,7 @@ def _plan(ns: argparse.Namespace, key: Any) -> Any:
     if ns.preload:
         # The tcp engine gets no --device under the preload (it would bind to a netdev, which rsocket
         # refuses): the RDMA device named there is what the path verdict judges (rspreload.py).
-        from .rspreload import Preload
+        from .launch.rspreload import Preload
 
         preload = Preload.of(ns.preload, getattr(ns, "eng:device", None))
         options = [(k, v) for k, v in options if k != "device"]
@@ -183,12 +186,12 @@ def _plan(ns: argparse.Namespace, key: Any) -> Any:
 
 
 def _capture_start(ns: argparse.Namespace) -> Any:
-    """--capture: tcpdump listening before any engine starts (capture.py), or None."""
+    """--capture: tcpdump listening before any engine starts (capture/tcpdump.py), or None."""
     if not ns.capture:
         return None
     from pathlib import Path
 
-    from .capture import DEFAULT_MAX_PACKETS, Capture, capture_filter, choose_netdev
+    from .capture.tcpdump import DEFAULT_MAX_PACKETS, Capture, capture_filter, choose_netdev
 
     netdev = choose_netdev(getattr(ns, "eng:device", None), ns.peer, bool(ns.loopback))
     bpf = capture_filter(str(getattr(ns, "eng:backend", "tcp")), bool(ns.preload))
@@ -196,19 +199,19 @@ def _capture_start(ns: argparse.Namespace) -> Any:
 
 
 def _capture_snaplen(ns: argparse.Namespace) -> int:
-    from .capture import default_snaplen
+    from .capture.tcpdump import default_snaplen
 
     cm = str(getattr(ns, "eng:cm", "false")).lower() in ("true", "yes", "1", "on")
     return int(ns.capture_snaplen or default_snaplen(str(getattr(ns, "eng:backend", "tcp")), bool(ns.preload), cm))
 
 
 def _peer_capture_start(ns: argparse.Namespace, key: Any, local: Any) -> Any:
-    """--capture with --peer: the peer's serve captures too (capture_peer.py); if it cannot, this
+    """--capture with --peer: the peer's serve captures too (capture/peer.py); if it cannot, this
     side's capture is stopped and nothing is measured."""
     if local is None or not ns.peer:
         return None
-    from .capture import DEFAULT_MAX_PACKETS
-    from .capture_peer import PeerCapture
+    from .capture.peer import PeerCapture
+    from .capture.tcpdump import DEFAULT_MAX_PACKETS
 
     try:
         return PeerCapture.start(ns.peer, key, str(getattr(ns, "eng:backend", "tcp")), bool(ns.preload),
@@ -227,7 +230,7 @@ def _capture_report(ns: argparse.Namespace, captured: dict[str, Any], streaming:
     import json
     from pathlib import Path
 
-    from .capture import render_summary
+    from .capture.summary import render_summary
 
     Path(f"{ns.capture}.json").write_text(json.dumps(captured, indent=1) + "\n")
     sys.stdout.write(json.dumps(captured) + "\n" if streaming else render_summary(captured))
@@ -244,7 +247,7 @@ def _check_capture_preload(ns: argparse.Namespace, backend: str) -> None:
             raise FabscopeError(f"--preload applies only to --backend tcp (an unmodified sockets program under the "
                                 f"library), but this run is --backend {backend}: drop it, or use --backend tcp",
                                 EXIT_USAGE)
-        from . import rspreload
+        from .launch import rspreload
 
         rspreload.find_library(ns.preload)
         rspreload.check_host(getattr(ns, "eng:device", None))
@@ -263,7 +266,7 @@ def _key(ns: argparse.Namespace) -> Any:
         return None
     if not ns.peer:
         raise FabscopeError("--key-file applies only with --peer HOST (the key of that host's serve)", EXIT_USAGE)
-    from .auth import load_key
+    from .session.auth import load_key
 
     return load_key(ns.key_file)
 
@@ -279,7 +282,7 @@ def _check_run(ns: argparse.Namespace) -> None:
     """Everything `run` can refuse before it starts a process: options that do not apply to the
     chosen backend or mode (exit 2 naming them), then the engine's own verdict on its options
     (`--validate-only`: types, ranges, backend scope, op/pattern/sizes, device names)."""
-    from .engine import validate_args
+    from .launch.engine import validate_args
 
     backend = str(getattr(ns, "eng:backend", "tcp"))
     pattern = str(getattr(ns, "eng:pattern", "lat"))
@@ -311,8 +314,8 @@ def _check_run(ns: argparse.Namespace) -> None:
     _refuse(["--mca"] if ns.mca and ns.mpi != "openmpi" else [],
             "--mpi openmpi (MCA parameters are Open MPI's; MPICH takes MPIR_CVAR_* variables with --env)",
             f"--mpi {ns.mpi}", "")
-    from .mpi_params import check_names
-    from .mpirun import find_mpi_engine
+    from .launch.mpi_params import check_names
+    from .launch.mpirun import find_mpi_engine
 
     check_names(ns.mpi, (k for k, _ in ns.mca or []), (k for k, _ in ns.env or []))
     try:
@@ -331,7 +334,7 @@ def _progress(ns: argparse.Namespace) -> Any:
         from rich.progress import Progress
     except ImportError:
         return None
-    from .engine import option_table  # noqa: F401  (already loaded for the parser)
+    from .launch.engine import option_table  # noqa: F401  (already loaded for the parser)
 
     total = len(sizes.split(",")) if ":" not in sizes else None
     bar = Progress(transient=True)
@@ -351,13 +354,13 @@ def _check_serve(ns: argparse.Namespace) -> None:
     """The engine options serve hands to every run (--device, --timeout) are checked by the
     engine before serve listens: a bad one is exit 2 now, not "connection reset" for each client.
     So are the key file and the rule that off loopback a key is required (serve.config_from_args)."""
-    from .serve import config_from_args
+    from .serve.config import config_from_args
 
     ns.serve_config = config_from_args(ns, _engine_args(ns))
 
 
 def _serve(ns: argparse.Namespace) -> int:
-    from .serve import main as serve_main
+    from .serve.server import main as serve_main
 
     return serve_main(ns, _engine_args(ns))
 
@@ -365,8 +368,8 @@ def _serve(ns: argparse.Namespace) -> int:
 def _backends(_ns: argparse.Namespace) -> int:
     """Every backend this fabscope knows (the engine's list): what each built one offers, and for each
     one not built, the package that builds it."""
-    from .engine import backends, engine_path, known_backends
-    from .mpirun import MPI_FLAVOURS, find_mpi_engine
+    from .launch.engine import backends, engine_path, known_backends
+    from .launch.mpirun import MPI_FLAVOURS, find_mpi_engine
 
     print(f"engine: {engine_path()}")
     built = backends()
@@ -466,7 +469,7 @@ def _exporter(ns: argparse.Namespace) -> int:
 class _VersionAction(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        from .engine import version_report
+        from .launch.engine import version_report
 
         text, ok = version_report()
         print(text)
@@ -474,7 +477,8 @@ class _VersionAction(argparse.Action):
 
 
 def _fill_run(run: Parser, with_engine: bool) -> None:
-    from . import control, history
+    from . import history
+    from .session import control
 
     where = run.add_mutually_exclusive_group(required=True)
     where.add_argument("--loopback", action="store_true", help="start both engines on this host (127.0.0.1)")
@@ -519,7 +523,7 @@ def _fill_run(run: Parser, with_engine: bool) -> None:
                      help="collectives (--pattern allreduce, ...): ranks per host (default 1 with --hosts, 2 with "
                           "--loopback)")
     if with_engine:
-        from .engine import option_table
+        from .launch.engine import option_table
 
         _add_engine_options(run, option_table())
     history.add_store_options(run)
@@ -534,8 +538,8 @@ def _fill_run(run: Parser, with_engine: bool) -> None:
 
 
 def _fill_serve(srv: Parser, _with_engine: bool) -> None:
-    from . import control
-    from .serve import add_arguments as add_serve_arguments
+    from .serve.config import add_arguments as add_serve_arguments
+    from .session import control
 
     srv.add_argument("--bind", default="127.0.0.1", type=argtypes.bind_address,
                      help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
@@ -557,8 +561,9 @@ def _fill_backends(bk: Parser, _with_engine: bool) -> None:
 
 
 def _fill_suite(st: Parser, _with_engine: bool) -> None:
-    from . import control, history
-    from .engine import KnownBackendNames
+    from . import history
+    from .launch.engine import KnownBackendNames
+    from .session import control
 
     st.add_argument("--out", default="fabscope-report", type=argtypes.output_dir,
                     help="directory for the report files (JSON, CSV, Markdown)")
@@ -593,20 +598,20 @@ def _fill_history(h: Parser, _with_engine: bool) -> None:
 
 
 def _fill_compare(c: Parser, _with_engine: bool) -> None:
-    from .compare import fill_compare_parser
+    from .compare.command import fill_compare_parser
 
     fill_compare_parser(c)
 
 
 def _fill_matrix(m: Parser, with_engine: bool) -> None:
-    from .engine import option_table
+    from .launch.engine import option_table
     from .matrix.cli import MATRIX_MANAGED, fill_matrix_parser
 
     fill_matrix_parser(m, (lambda p: _add_engine_options(p, option_table(), MATRIX_MANAGED)) if with_engine else None)
 
 
 def _fill_load(p: Parser, with_engine: bool) -> None:
-    from .engine import option_table
+    from .launch.engine import option_table
     from .load.cli import LOAD_MANAGED, fill_load_parser
 
     fill_load_parser(p, (lambda q: _add_engine_options(q, option_table(), LOAD_MANAGED)) if with_engine else None)

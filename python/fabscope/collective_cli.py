@@ -48,7 +48,7 @@ def run_collective(ns: argparse.Namespace, run_plan: object) -> int:
     """Runs the plan, prints each size as it comes (JSON lines) or the tables at the end, and
     returns the exit code: the engine's (12 = a wrong element, named), 5 when a host's requested
     device did not carry its share (the hosts named), else 0."""
-    from . import plan
+    from .launch import plan
     from .report.collective import RENDERERS, render_json
     from .results.collective import CollectiveResult
 

@@ -167,7 +167,7 @@ def man_page(cmd: Command, root: Command, engine_note: str = "") -> str:
 
 def engine_man_page(table: dict[str, Any]) -> str:
     """fabscope-engine(1) from the engine's option table (`--options-json`): the same rows its --help prints."""
-    from .engine import option_help
+    from .launch.engine import option_help
 
     out = [f'.TH FABSCOPE\\-ENGINE 1 "" "fabscope {__version__}" "fabscope manual"', ".SH NAME",
            "fabscope\\-engine, fabscope\\-engine\\-mpi\\-openmpi, fabscope\\-engine\\-mpi\\-mpich \\- the fabscope "
@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.man is not None:
         table = None
         if not args.no_engine:
-            from .engine import option_table
+            from .launch.engine import option_table
 
             table = option_table()
         for path in write_man_pages(root, args.man, note, table):

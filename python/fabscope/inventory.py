@@ -298,8 +298,8 @@ def query(env: Mapping[str, str] | None = None, timeout: float = QUERY_TIMEOUT_S
     ``FI_PROVIDER`` is left out of the engine's environment: it hides every other provider
     from fi_getinfo, and the doctor checks FI_PROVIDER itself against the full list.
     """
-    from fabscope.engine import engine_path
     from fabscope.errors import FabscopeError
+    from fabscope.launch.engine import engine_path
 
     try:
         exe = engine_path()

@@ -9,7 +9,12 @@ run of the case, the run being explained excluded; ``--reference TAG|RUN`` names
 p50, or the median of the p50s of a tag's runs. A named reference without this case is an error
 (exit 2), never a silent fall back to the default.
 
-This module finds the reference; ``fabscope.results.explain`` (``with_reference``) words it.
+A bandwidth result has its reference the same way (``find_bandwidth_reference``: the best Gb/s),
+and its delay cause reads the round trip the same case showed on its newest clean runs
+(``find_delay_reference``: the median TCP_INFO round trip of each sender, results/delay.py).
+
+This module finds the references; ``fabscope.results.explain`` (``with_reference``,
+``with_bandwidth_reference``, ``with_delay_reference``) words them.
 """
 
 from __future__ import annotations
@@ -20,10 +25,18 @@ from pathlib import Path
 
 from .errors import EXIT_USAGE, FabscopeError
 from .results import Result
-from .results.explain import BandwidthReference, LatencyReference, with_bandwidth_reference, with_reference
+from .results.delay import DELAY_CLEAN_OF, DELAY_REFERENCE_RUNS, DelayReference
+from .results.explain import (
+    BandwidthReference,
+    LatencyReference,
+    with_bandwidth_reference,
+    with_delay_reference,
+    with_reference,
+)
 from .store import Filters, Store, default_path, open_store
 
-__all__ = ["NamedReference", "ReferenceLookup", "find_bandwidth_reference", "find_reference", "resolve_named"]
+__all__ = ["NamedReference", "ReferenceLookup", "find_bandwidth_reference", "find_delay_reference", "find_reference",
+           "resolve_named"]
 
 # At most this many runs are listed when a --reference names nothing usable.
 LISTED_RUNS = 8
@@ -102,6 +115,37 @@ def find_bandwidth_reference(store: Store, result: Result, *, exclude_run: int |
                               run_id=ids[0] if len(ids) == 1 else None, run_ids=ids,
                               tag=tags.pop() if len(tags) == 1 else None, when=when, runs_considered=len(ids),
                               named=named.spec)
+
+
+def find_delay_reference(store: Store, result: Result, *, exclude_run: int | None = None) -> DelayReference | None:
+    """The round trip the same case (hosts, backend, op, pattern, size, carrier) showed on its newest
+    clean runs (at most DELAY_REFERENCE_RUNS; clean: not misrouted, none of DELAY_CLEAN_OF seen):
+    each sender's median TCP_INFO round trip at the end of the run. None: a latency result, or no
+    clean run of the case that reported a round trip."""
+    if result.pattern == "lat":
+        return None
+    filters = Filters(backend=result.backend, op=result.op, pattern=result.pattern, size=result.size)
+    by_run: dict[int, dict[str, list[int]]] = {}
+    for run_id, stored in store.results_by_run(None, filters):
+        expl = stored.explanation
+        if (run_id == exclude_run or stored.misrouted or not _same_case(stored, result) or expl is None
+                or any(c.cause in DELAY_CLEAN_OF for c in expl.seen)):
+            continue
+        transport = stored.raw.get("transport")
+        for side in ("local", "peer"):
+            facts = transport.get(side) if isinstance(transport, dict) else None
+            rtt = facts.get("rtt_us") if isinstance(facts, dict) else None
+            if isinstance(rtt, int) and not isinstance(rtt, bool) and rtt > 0:
+                by_run.setdefault(run_id, {}).setdefault(side, []).append(rtt)
+    newest = sorted(by_run, reverse=True)[:DELAY_REFERENCE_RUNS]
+    if not newest:
+        return None
+    rtts: dict[str, float] = {}
+    for side in ("local", "peer"):
+        per_run = [min(by_run[i][side]) for i in newest if side in by_run[i]]  # a run's best of the case
+        if per_run:
+            rtts[side] = float(statistics.median(per_run))
+    return DelayReference(rtt_us=rtts, run_ids=tuple(newest))
 
 
 def _listing(store: Store, filters: Filters) -> str:
@@ -211,8 +255,8 @@ class ReferenceLookup:
         return cls(store, path, named, unread, owned)
 
     def attach(self, result: Result, run_id: int | None) -> Result:
-        """The result with its reference in its explanation (and in the record's ``explanation``,
-        which the JSON output and the store carry); ``run_id``: this run's id in the store, if it
+        """The result with its reference in its explanation (which the JSON output and the store
+        carry: Result.to_json); ``run_id``: this run's id in the store, if it
         has one yet (excluded). A non-latency result is returned as it is."""
         if result.explanation is None:
             return result
@@ -230,7 +274,7 @@ class ReferenceLookup:
                     self.missing.append(exc.message)  # the run fails after the results are shown
                 unread = exc.message  # a damaged record in the store: said in the basis, not fatal
         expl = with_reference(result.explanation, result.latency.p50, found, str(self.path), unread)
-        return replace(result, explanation=expl, raw=dict(result.raw, explanation=expl.to_json()))
+        return replace(result, explanation=expl)
 
     def _attach_bandwidth(self, result: Result, run_id: int | None) -> Result:
         """A bandwidth result with its reference from the history (a named one that lacks the case:
@@ -248,7 +292,14 @@ class ReferenceLookup:
                     self.missing.append(exc.message)
                 unread = exc.message
         expl = with_bandwidth_reference(result.explanation, result.bandwidth.gbps, found, str(self.path), unread)
-        return replace(result, explanation=expl, raw=dict(result.raw, explanation=expl.to_json()))
+        if self.store is not None:  # the round trip against the case's clean runs (a store damaged: said above)
+            try:
+                expl = with_delay_reference(expl, result.raw, find_delay_reference(self.store, result,
+                                                                                   exclude_run=run_id))
+            except FabscopeError as exc:
+                if exc.exit_code != EXIT_USAGE:
+                    raise
+        return replace(result, explanation=expl)
 
     def close(self) -> None:
         if self._owned and self.store is not None:

@@ -4,21 +4,24 @@ same methodology, in one comparison table, plus report files."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from . import plan, runner
-from .engine import backends
 from .errors import EXIT_UNSUPPORTED
-from .mpirun import MPI_FLAVOURS, find_mpi_engine
+from .launch import plan, runner
+from .launch.engine import backends
+from .launch.mpirun import MPI_FLAVOURS, find_mpi_engine
 from .report.markdown import markdown_table
 from .report.render import labelled_why_lines, render_csv, render_json, render_md, why_cell
 from .report.table import Column, Table
 from .report.text_table import aligned
 from .results import Result
+from .results.suite import SuiteSummary
 from .suite_hosts import only_backends, verbs_on_this_host
 from .suite_measure import DEFAULT as DEFAULT_MEASURE
 from .suite_measure import Measure
@@ -103,6 +106,7 @@ def run_suite(out_dir: str, measure: Measure = DEFAULT_MEASURE, keep: Callable[[
     records: list[Result] = []
     measured: list[tuple[Case, Result]] = []
     outcomes: list[runner.RunOutcome] = []
+    failed: list[dict[str, Any]] = []  # the rows that did not finish, for suite.json
     started = time.monotonic()
     rdma_devices, verbs_note = verbs_on_this_host()
     todo = cases(rdma_devices)
@@ -126,6 +130,7 @@ def run_suite(out_dir: str, measure: Measure = DEFAULT_MEASURE, keep: Callable[[
             rows.append([case.label, "-", f"unsupported: {outcome.error}", "", "", ""])
         elif outcome.exit_code != 0:
             rows.append([case.label, "-", f"FAILED (exit {outcome.exit_code}): {outcome.error}", "", "", ""])
+            failed.append({"row": case.label, "exit_code": outcome.exit_code, "error": outcome.error or ""})
     why = why_notes(measured)
     print(f"# fabscope loopback suite: {len(records)} results in {time.monotonic() - started:.0f} s; "
           "latency = half round trip; bandwidth at the receiver")
@@ -135,11 +140,14 @@ def run_suite(out_dir: str, measure: Measure = DEFAULT_MEASURE, keep: Callable[[
     if verbs_note:
         print(f"# {verbs_note}")
     (out / "loopback.jsonl").write_text(render_json(records))
+    summary = SuiteSummary(title="fabscope loopback suite", notes=why + ([verbs_note] if verbs_note else []),
+                           failed=failed)
+    (out / "suite.json").write_text(json.dumps(summary.to_json(), indent=1) + "\n")
     (out / "loopback.csv").write_text(render_csv(records))
     md_table = markdown_table(Table([Column(h, h) for h in HEADERS], rows))
     note = f"{verbs_note}\n\n" if verbs_note else ""
     md_why = "".join(f"> {line}\n\n" for line in why)
     (out / "loopback.md").write_text("# fabscope loopback suite\n\n" + note + md_table + "\n" + md_why
                                      + render_md(records))
-    print(f"\nreport: {out}/loopback.md, loopback.csv, loopback.jsonl")
+    print(f"\nreport: {out}/loopback.md, loopback.csv, loopback.jsonl, suite.json")
     return plan.rows_exit_code(outcomes)  # the two-host suite's rule: 5 on a misrouted row, 4 on a failed one

@@ -17,12 +17,15 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from . import inventory, plan, runner
-from .auth import Key
-from .engine import backends as engine_backends
+from . import inventory
 from .errors import EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
-from .mpirun import MPI_FLAVOURS, find_mpi_engine
+from .launch import plan, runner
+from .launch.engine import backends as engine_backends
+from .launch.mpirun import MPI_FLAVOURS, find_mpi_engine
+from .launch.rspreload import LABEL as PRELOAD_LABEL
+from .launch.rspreload import Preload, find_library
 from .report import charts
 from .report.charts import ComparisonRow
 from .report.figures import comparison_rows, make_label
@@ -33,8 +36,7 @@ from .report.table import cell
 from .report.text_table import aligned
 from .results import Result
 from .results.suite import SuiteSummary  # the suite's shape: owned by the result model
-from .rspreload import LABEL as PRELOAD_LABEL
-from .rspreload import Preload, find_library
+from .session.auth import Key
 from .suite_measure import DEFAULT as DEFAULT_MEASURE
 from .suite_measure import Measure
 
@@ -305,6 +307,7 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
     records: list[Result] = []
     outcomes: list[runner.RunOutcome] = []
     failed: list[str] = []  # rows (or one pattern of a row) that did not finish
+    failed_rows: list[dict[str, Any]] = []  # the same, for suite.json
     misrouted: list[str] = []  # results whose bytes went elsewhere than asked
     unfinished: dict[str, list[str]] = {}  # a row's patterns that failed, by its table label
     started = time.monotonic()
@@ -331,6 +334,8 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
                 notes.append(f"{t.label} {pattern}: unsupported: {outcome.error}")
             elif outcome.exit_code:
                 failed.append(f"{t.label} {pattern}: FAILED (exit {outcome.exit_code}): {outcome.error}")
+                failed_rows.append({"row": f"{t.label} {pattern}", "exit_code": outcome.exit_code,
+                                    "error": outcome.error or ""})
                 unfinished.setdefault(t.table_label, []).append(pattern)
                 if outcome.exit_code == EXIT_PEER and not records:
                     # The very first run could not reach the peer: every other row would wait out its
@@ -359,7 +364,7 @@ def run_suite_hosts(out_dir: str, *, peer: str | None = None, hosts: Sequence[st
     for line in why + notes + misrouted + failed:
         print(f"# {line}")
     summary = SuiteSummary(title=title, peer=peer, hosts=list(hosts or []), device=device, line_rates_gbps=rates,
-                           notes=notes + misrouted + failed, rows=[asdict(r) for r in compared])
+                           notes=notes + misrouted + failed, rows=[asdict(r) for r in compared], failed=failed_rows)
     (out / "suite.json").write_text(json.dumps(summary.to_json(), indent=1) + "\n")
     (out / "hosts.jsonl").write_text(render_json(records))
     (out / "hosts.csv").write_text(render_csv(records))

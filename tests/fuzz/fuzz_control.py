@@ -29,11 +29,15 @@ except ImportError:  # the hypothesis test (test_fuzz_control.py) drives one_inp
 
 if atheris is not None:
     with atheris.instrument_imports(include=["fabscope"]):
-        from fabscope import auth, control, serve, serve_policy
         from fabscope.errors import FabscopeError
+        from fabscope.serve import conn as serve
+        from fabscope.serve import policy as serve_policy
+        from fabscope.session import auth, control
 else:
-    from fabscope import auth, control, serve, serve_policy
     from fabscope.errors import FabscopeError
+    from fabscope.serve import conn as serve
+    from fabscope.serve import policy as serve_policy
+    from fabscope.session import auth, control
 
 KEY = auth.Key(b"fuzz-key-0123456789abcdef", auth.key_id(b"fuzz-key-0123456789abcdef"), "fuzz")
 LIMITS = serve_policy.Limits()
@@ -43,7 +47,7 @@ def _server(sock: socket.socket, key: auth.Key | None) -> None:
     hs = serve.server_handshake(sock, "fuzz", key, time.monotonic() + 0.2)
     control.send(sock, hs.welcome, 0.2)
     if hs.service == "engine":
-        msg = serve._peek_frame(sock, time.monotonic() + 0.01, "fuzz")
+        msg = serve.peek_frame(sock, time.monotonic() + 0.01, "fuzz")
         serve_policy.check_request(serve_policy.parse_config(msg), LIMITS)
 
 

@@ -64,7 +64,7 @@ def hog(cpu: int, spin_ms: float) -> None:
 def one_run(cpu: int, iters: int, spin_ms: float) -> dict[str, Any] | str:
     """One loopback run with the client engine on ``cpu``, beside the hog when ``spin_ms`` > 0:
     its record, or why it failed."""
-    from fabscope import runner
+    from fabscope.launch import runner
 
     spinner: subprocess.Popen[str] | None = None
     if spin_ms > 0:

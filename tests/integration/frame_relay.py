@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-MAC_BYTES = 32  # fabscope.auth.MAC_BYTES (HMAC-SHA256); tests/integration/test_serve_session_mac.py checks it
+MAC_BYTES = 32  # fabscope.session.auth.MAC_BYTES (HMAC-SHA256); tests/integration/test_serve_session_mac.py checks it
 
 
 def _exact(sock: socket.socket, n: int) -> bytes:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-from fabscope.mpirun import find_mpi_engine
+from fabscope.launch.mpirun import find_mpi_engine
 
 
 def have_mpi_engine(mpi: str) -> bool:

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""serve's "capture" service (capture_peer.py) against a real keyed `fabscope serve` on loopback: a
+"""serve's "capture" service (capture/peer.py) against a real keyed `fabscope serve` on loopback: a
 serve that cannot capture says why before anything is measured, over the authenticated session,
 and stays free for runs. The capture itself (tcpdump + tshark) runs between the Soft-RoCE guests
 (tests/softroce/test_rsocket_capture.py): this host has neither."""
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from serve_helpers import make_key, serve
 
-from fabscope import auth
-from fabscope.capture_peer import PeerCapture
+from fabscope.capture.peer import PeerCapture
 from fabscope.errors import EXIT_USAGE, FabscopeError
+from fabscope.session import auth
 
 
 @pytest.mark.skipif(shutil.which("tcpdump") is not None, reason="tcpdump is installed here: the refusal needs a host "

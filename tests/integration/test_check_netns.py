@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +116,21 @@ def test_a_slowed_link_and_a_misroute_are_named_with_their_fault_codes(serving: 
 
 
 
+def check_on_testbed(scenario: Path, text: str, hosts: int, plant: Callable[[], None]) -> subprocess.CompletedProcess[str]:
+    """`fabscope check` of ``text`` from the host, on a fresh testbed of ``hosts`` at 100 Mbit/s with
+    ``plant``'s fault, under mpirun (the testbed's launcher environment); the testbed torn down after."""
+    scenario.write_text(text)
+    with netns.session():
+        netns.up("100mbit", hosts=hosts)
+        try:
+            plant()
+            env = dict(os.environ, PYTHONPATH=str(REPO / "python"), **netns.launcher_env())
+            return subprocess.run([sys.executable, "-m", "fabscope", "check", str(scenario), "--no-store", "--format",
+                                   "json"], capture_output=True, text=True, timeout=400, env=env)
+        finally:
+            netns.down()
+
+
 MATRIX_SCENARIO = """\
 name = "fabric-matrix"
 hosts = ["fs-a", "fs-b", "fs-c", "fs-d"]
@@ -139,17 +154,7 @@ bw-fraction = 0.5
 @needs_openmpi
 def test_a_matrix_check_names_the_slow_link(tmp_path: Path) -> None:
     """A matrix check on four hosts, fs-a <-> fs-b slowed to a quarter: FS-LINK-003 naming that link."""
-    scenario = tmp_path / "matrix.toml"
-    scenario.write_text(MATRIX_SCENARIO)
-    with netns.session():
-        netns.up("100mbit", hosts=4)
-        try:
-            netns.shape_pair("fs-a", "fs-b", "25mbit")
-            env = dict(os.environ, PYTHONPATH=str(REPO / "python"), **netns.launcher_env())
-            got = subprocess.run([sys.executable, "-m", "fabscope", "check", str(scenario), "--no-store", "--format",
-                                  "json"], capture_output=True, text=True, timeout=400, env=env)
-        finally:
-            netns.down()
+    got = check_on_testbed(tmp_path / "matrix.toml", MATRIX_SCENARIO, 4, lambda: netns.shape_pair("fs-a", "fs-b", "25mbit"))
     assert got.returncode == 11, got.stdout + got.stderr
     out = json.loads(got.stdout)
     failed = [(j["code"], j["nodes"]) for j in out["judgements"] if j["status"] == "fail"]
@@ -157,3 +162,41 @@ def test_a_matrix_check_names_the_slow_link(tmp_path: Path) -> None:
     assert out["defective_links"] == ["fs-a<->fs-b"] and out["defective_nodes"] == []
     passed = {j["expectation"] for j in out["judgements"] if j["status"] == "pass"}
     assert passed == {"bad_nodes == 0", "misrouted_pairs == 0", "unreachable_hosts == 0"}
+
+
+LOAD_SCENARIO = """\
+name = "fabric-load"
+hosts = ["fs-a", "fs-b", "fs-c"]
+launcher = "mpirun"
+
+[[checks]]
+name = "incast"
+kind = "load"
+expect = ["total_gbps >= 0.001", "total_gbps >= 1", "fraction_of_bottleneck <= 3", "victim_p99_factor <= 2"]
+[checks.options]
+pattern = "incast"
+device = "fabric0"
+line-rate = 0.1
+duration = 2
+warmup-time = 0.3
+sizes = "64K"
+"""
+
+
+@needs_openmpi
+def test_a_load_check_judges_an_incast(tmp_path: Path) -> None:
+    """An incast of fs-b and fs-c into fs-a through 100 Mbit/s links, agents under mpirun: the total
+    and its fraction of the bottleneck judged from the load's own run (1 Gb/s cannot pass through a
+    100 Mbit/s port: FS-LOAD-006, naming the receiver), a victim figure without a victim inconclusive, never a pass."""
+    got = check_on_testbed(tmp_path / "load.toml", LOAD_SCENARIO, 3, lambda: None)
+    assert got.returncode == 11, got.stdout + got.stderr
+    out = json.loads(got.stdout)
+    by = {j["expectation"]: j for j in out["judgements"] if j["case"] == "load"}
+    assert {e: (j["status"], j["code"]) for e, j in by.items()} == {
+        "total_gbps >= 0.001": ("pass", None), "total_gbps >= 1": ("fail", "FS-LOAD-006"),
+        "fraction_of_bottleneck <= 3": ("pass", None), "victim_p99_factor <= 2": ("inconclusive", "FS-FIG-002")}
+    assert 0.001 < by["total_gbps >= 1"]["value"] < 0.3  # what two flows carry into a 100 Mbit/s port
+    assert by["total_gbps >= 1"]["nodes"] == ["fs-a"] and out["defective_nodes"] == ["fs-a"]  # the receiver
+    # anything else is a congestion finding of the load, a warning with its code
+    others = [j for j in out["judgements"] if j["case"] != "load"]
+    assert all(j["status"] == "warn" and j["code"].startswith("FS-LOAD-") for j in others), others

@@ -17,7 +17,7 @@ from pathlib import Path
 from serve_helpers import serve
 
 from conftest import HISTORY_HOME, REPO, engine_bin, fabscope, json_lines
-from fabscope import control
+from fabscope.session import control
 
 ENV = {"PYTHONPATH": str(REPO / "python"), "PATH": "/usr/bin:/bin", "XDG_DATA_HOME": HISTORY_HOME}
 

@@ -6,10 +6,12 @@ agent that stops answering becoming unreachable within its deadline."""
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,7 +105,8 @@ def test_two_agents_measure_a_pair_then_one_stops_answering(
 
 def test_an_agent_started_before_its_coordinator_keeps_trying(tmp_path: Path) -> None:
     """--launcher external: a site's starter may run the agents before `fabscope matrix` listens.
-    The agent, with its token from --token-file, tries again until its --connect-timeout."""
+    The agent, with its token from --token-file, tries again until its --connect-timeout: the
+    coordinator starts only after the agent said two refused tries (one line each, ~5 s apart)."""
     from fabscope.matrix.agent import create_token_file
 
     token_file = tmp_path / "token"
@@ -114,11 +117,24 @@ def test_an_agent_started_before_its_coordinator_keeps_trying(tmp_path: Path) ->
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"), OMPI_COMM_WORLD_RANK="0")
     env.pop(TOKEN_ENV, None)
     agent = subprocess.Popen([sys.executable, "-m", "fabscope", "matrix-agent", "--coordinator", f"127.0.0.1:{port}",
-                              "--token-file", str(token_file), "--connect-timeout", "20"],
+                              "--token-file", str(token_file), "--connect-timeout", "40"],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stderr = agent.stderr
+    assert stderr is not None
+    said: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [said.put(line) for line in stderr], daemon=True)
+    reader.start()
     try:
-        time.sleep(2.0)  # refused for two seconds: the agent must still be trying
-        assert agent.poll() is None, agent.stderr.read()  # type: ignore[union-attr]
+        retry = f"fabscope matrix-agent: coordinator 127.0.0.1:{port} not listening yet (Connection refused); trying again"
+        seen: list[str] = []
+        deadline = time.monotonic() + 30
+        while sum(line.startswith(retry) for line in seen) < 2:  # refused twice, and still trying
+            try:
+                seen.append(said.get(timeout=max(0.1, deadline - time.monotonic())))
+            except queue.Empty:
+                pytest.fail(f"the agent did not say two refused tries within 30 s (exit {agent.poll()}): {seen}")
+        assert agent.poll() is None, seen
+        assert "(--connect-timeout 40 s)" in seen[-1], seen
         coord = Coordinator(["h0"], "127.0.0.1", port, token)
         try:
             assert list(coord.gather(15)) == ["h0"], coord.refused
@@ -139,8 +155,8 @@ def test_the_token_never_crosses_the_wire_and_a_recorded_proof_is_refused(tmp_pa
     import json
     import struct
 
-    from fabscope import auth, control
     from fabscope.matrix.agent import AGENT_PROTO, AGENT_SERVICE
+    from fabscope.session import auth, control
 
     token = "t" * 32
     with socket.create_server(("127.0.0.1", 0)) as fake:

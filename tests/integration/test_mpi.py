@@ -17,7 +17,7 @@ from mpi_marks import have_mpi_engine, needs_mpich, needs_openmpi
 from conftest import fabscope
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-from fabscope.mpirun import build_mpi_command, find_mpi_engine
+from fabscope.launch.mpirun import build_mpi_command, find_mpi_engine
 
 ARGS = ["--sizes", "8", "--iters", "300", "--warmup", "20", "--timeout", "10"]
 

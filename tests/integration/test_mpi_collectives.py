@@ -5,6 +5,7 @@ the run with exit 12, and the inputs refused before anything is allocated (exit 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from mpi_marks import needs_mpich, needs_openmpi
 from conftest import fabscope, json_lines
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-from fabscope.mpirun import find_mpi_engine
+from fabscope.launch.mpirun import find_mpi_engine
 from fabscope.results.collective import COLLECTIVE_PATTERNS, parse_collective
 
 # 3 ranks: an odd count, so that a factor (n-1)/n or a block split that assumed 2 would show.
@@ -164,3 +165,37 @@ def test_duration_runs_from_the_ranks_first_meeting() -> None:
     assert out.returncode == 0, out.stderr
     (raw,) = json_lines(out.stdout)
     assert raw["iterations"] >= 10 and raw["verified"]["ok"] is True, raw["iterations"]
+
+
+@pytest.mark.parametrize("mpi", FLAVOURS)
+def test_cpu_auto_gives_each_rank_its_own_cpu_and_says_where(mpi: str) -> None:
+    """--cpu auto (the default) places each rank as it places an engine: the ranks of one machine
+    on distinct CPUs while there are enough, each with how it was chosen."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("one CPU here: two ranks cannot have one each")
+    out = _collective("--pattern", "allreduce", "--ppn", "2", "--sizes", "64K", mpi=mpi)
+    assert out.returncode == 0, out.stderr
+    (raw,) = json_lines(out.stdout)
+    placed = raw["rank_placement"]
+    assert [p["rank"] for p in placed] == [0, 1] and all(p["asked"] == "auto" for p in placed)
+    cpus = [p["cpu"] for p in placed]
+    assert len(set(cpus)) == 2 and set(cpus) <= set(allowed), placed
+    assert all(f"CPU {p['cpu']}" in p["how"] for p in placed), placed
+    assert raw["oversubscribed"] == []
+
+
+def test_more_ranks_than_cpus_is_stated_not_silent() -> None:
+    ranks = len(os.sched_getaffinity(0)) + 1
+    out = fabscope("run", "--backend", "mpi", "--loopback", "--pattern", "allreduce", "--ppn", str(ranks), "--sizes",
+                   "64K", *QUICK, timeout=180)
+    assert out.returncode == 0, out.stderr
+    every = ",".join(str(r) for r in range(ranks))
+    assert f"# oversubscribed: ranks {every} (on " in out.stdout, out.stdout
+    assert "share CPUs: more ranks than the CPUs they may use" in out.stdout
+    assert "# placement (--cpu auto): rank 0 " in out.stdout
+    pinned = _collective("--pattern", "allreduce", "--ppn", "2", "--sizes", "64K", "--cpu", "0")
+    assert pinned.returncode == 0, pinned.stderr
+    (raw,) = json_lines(pinned.stdout)
+    assert [p["cpu"] for p in raw["rank_placement"]] == [0, 0]
+    assert raw["oversubscribed"] and "share CPU 0: --cpu 0 pins every rank there" in raw["oversubscribed"][0]

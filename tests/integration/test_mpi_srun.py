@@ -22,7 +22,7 @@ from engine_pair import check_bandwidth, check_latency, free_port
 from mpi_marks import have_mpi_engine, needs_mpich, needs_openmpi
 
 from conftest import fabscope, json_lines
-from fabscope.mpirun import SRUN_MPI_PLUGIN, build_mpi_command, describe_launch, find_mpi_engine
+from fabscope.launch.mpirun import SRUN_MPI_PLUGIN, build_mpi_command, describe_launch, find_mpi_engine
 from fabscope.testbed import slurm as slurmbed
 
 pytestmark = pytest.mark.mpi

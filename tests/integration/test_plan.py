@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fabscope import plan, runner
 from fabscope.errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK
+from fabscope.launch import plan, runner
 from fabscope.results import parse_record
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "records"

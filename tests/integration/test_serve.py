@@ -16,9 +16,9 @@ import pytest
 from serve_helpers import ENV, frame, make_key, read_frame, serve
 
 from conftest import fabscope, rcvlowat_for
-from fabscope import auth, control
 from fabscope.errors import FabscopeError
-from fabscope.serve import HANDSHAKE_TIMEOUT_S
+from fabscope.serve.server import HANDSHAKE_TIMEOUT_S
+from fabscope.session import auth, control
 
 QUICK = ("--iters", "100", "--warmup", "10", "--sizes", "8")
 
@@ -178,7 +178,7 @@ def test_runs_per_minute_per_client(tmp_path: Path) -> None:
 
 def test_back_to_back_runs_are_not_told_busy(tmp_path: Path) -> None:
     """A run that starts while the previous run's engine is still exiting waits for it."""
-    from fabscope import runner
+    from fabscope.launch import runner
 
     with serve(tmp_path) as srv:
         for _ in range(5):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from serve_helpers import frame, make_key, serve
 
-from fabscope import auth, control
+from fabscope.session import auth, control
 
 ATTACK_S = 12.0
 SOURCES = [f"127.0.0.{i}" for i in range(2, 6)]
@@ -130,7 +130,7 @@ def test_the_handshake_deadline_shortens_under_pressure(tmp_path: Path) -> None:
     about 1 s (told why), even one that arrived on a quiet serve and was given 3 s."""
     from serve_helpers import read_frame
 
-    from fabscope.serve import HANDSHAKE_PRESSED_S, HANDSHAKE_TIMEOUT_S
+    from fabscope.serve.server import HANDSHAKE_PRESSED_S, HANDSHAKE_TIMEOUT_S
 
     key = make_key(tmp_path / "key")
     with serve(tmp_path, "--key-file", str(key), "--max-connections", "24", "--max-connections-per-source", "24") as srv:

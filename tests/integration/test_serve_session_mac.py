@@ -21,7 +21,7 @@ from frame_relay import MAC_BYTES, FrameRelay
 from serve_helpers import make_key, serve
 
 from conftest import REPO, fabscope
-from fabscope import auth
+from fabscope.session import auth
 
 QUICK = ("--iters", "100", "--warmup", "10", "--sizes", "8", "--timeout", "5")
 

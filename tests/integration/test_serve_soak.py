@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 from serve_helpers import frame, make_key, open_fds, read_frame, rss_kib, serve
 
-from fabscope import auth, control, runner
-from fabscope.serve import HANDSHAKE_TIMEOUT_S
+from fabscope.launch import runner
+from fabscope.serve.server import HANDSHAKE_TIMEOUT_S
+from fabscope.session import auth, control
 
 pytestmark = pytest.mark.soak
 

@@ -38,6 +38,8 @@ def test_suite_backends_picks_rows_and_refuses_a_backend_with_none(tmp_path: Pat
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "loopback.jsonl").read_text().splitlines()]
     assert records and {r["backend"] for r in records} == {"tcp"}
+    summary = json.loads((tmp_path / "suite.json").read_text())  # what a suite check reads
+    assert summary["schema"] == "fabscope.suite/1" and summary["failed"] == []
     # 64 KiB over loopback's MSS ends in a tiny segment: the row's "why" cell and its line under the table.
     row = next(line for line in out.stdout.splitlines() if line.startswith("tcp send bw ") and " 65536 " in line)
     assert row.endswith("  segmentation"), out.stdout

@@ -20,7 +20,7 @@ import pytest
 from mpi_marks import needs_openmpi
 
 from conftest import REPO
-from fabscope import auth
+from fabscope.session import auth
 from fabscope.testbed import netns
 from fabscope.testbed import slurm as slurmbed
 

@@ -205,7 +205,7 @@ def test_random_argv_never_crashes_and_usage_errors_name_the_argument(cmd: Comma
 
 
 def _engine_options() -> list[str]:
-    from fabscope.engine import option_table
+    from fabscope.launch.engine import option_table
 
     table = option_table()
     rows = table["core"] + [row for be in table["backends"].values() for row in be["options"]]

@@ -14,7 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fabscope import argtypes
-from fabscope.engine import engine_path
+from fabscope.launch.engine import engine_path
 
 LIMIT = 2 << 30  # --tcp-sndbuf's range in the engine's option table: 0 to 2G
 

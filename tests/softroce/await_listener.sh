@@ -4,8 +4,10 @@
 # usage `await_listener.sh HOST LISTENER SECONDS`, LISTENER tcp:PORT (a TCP socket in `ss`) or
 # cm:PORT (an rdma_cm id in LISTEN in `rdma res show cm_id`: perftest -R, rsockets). It asks HOST
 # over the testbed's ssh (whose sshd may still be starting) every 0.2 s; no listener within SECONDS
-# is said and exits 99, so the client is not started to be refused. The testbed's own head start
-# for the server guest (softroce_base.SERVER_HEAD_START_S) is a fixed time, not a readiness.
+# is said and exits 99, so the client is not started to be refused. The testbed itself starts the
+# client guest's command once the server guest's command listens on something (any TCP or rdma_cm
+# listener of its process tree: softroce_guest/listening.sh); a test whose server command starts
+# several servers (`sh -c 'A & exec B'`) names here each port its clients need.
 case "$2" in
 tcp:*) check="ss -Hltn 'sport = :${2#tcp:}' | grep -q ." ;;
 cm:*) check="rdma res show cm_id | grep -w LISTEN | grep -Eq 'src-addr [^ ]*:${2#cm:}( |\$)'" ;;

@@ -169,7 +169,7 @@ def test_preload_that_cannot_use_rdma_never_passes_as_rdma(pair: Path) -> None:
 
 @pytest.mark.softroce
 def test_capture_counts_first_middle_last_at_mtu_1024(pair: Path) -> None:
-    from fabscope.capture import count
+    from fabscope.capture.summary import count
 
     assert _rc(pair, "cap") == 0, (pair / "cap.err").read_text()
     lines = _records(pair, "cap")
@@ -192,7 +192,7 @@ def test_capture_counts_first_middle_last_at_mtu_1024(pair: Path) -> None:
 def test_capture_on_both_sides_shows_the_cm_exchange(pair: Path) -> None:
     """--peer: the server's capture comes back (summary in the record, file beside the client's);
     verbs --cm connects through rdma_cm, and both sides saw REQ, REP, RTU in that order."""
-    from fabscope.capture import count
+    from fabscope.capture.summary import count
 
     assert _rc(pair, "cap") == 0, (pair / "cap.err").read_text()
     cap = next(ln for ln in _records(pair, "cap") if ln.get("schema") == "fabscope.capture/1")

@@ -71,8 +71,8 @@ def test_modes_come_from_the_option_table(engine: Path) -> None:
     modes = {row["name"] for row in table["core"] if row["mode"]}
     assert {"peer", "peer-fd", "listen", "control-fd", "session-open", "format"} <= modes
     assert not modes & {"backend", "device", "sizes", "cpu", "timeout"}
-    from fabscope.engine import option_table
-    from fabscope.plan import Loopback, RunPlan
+    from fabscope.launch.engine import option_table
+    from fabscope.launch.plan import Loopback, RunPlan
 
     option_table.cache_clear()
     for name in modes:

@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""capture.py's reading of a request stream as an RC responder reads it (what rxe counts as
+"""capture/summary.py's reading of a request stream as an RC responder reads it (what rxe counts as
 out_of_seq_request and duplicate_request), and the lines printed under the table for both sides.
 The decoding itself is tshark's, run for real in the Soft-RoCE guests."""
 
 from __future__ import annotations
 
-from fabscope.capture import _Responder, per_message, render_summary
+from fabscope.capture.summary import _Responder, per_message, render_summary
 
 
 def _read(psns: list[int]) -> dict[str, int]:

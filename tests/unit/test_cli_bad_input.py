@@ -59,7 +59,7 @@ def test_a_long_key_file_value_is_cut_in_the_message() -> None:
 
 
 def test_fi_provider_that_leaves_no_provider_is_named() -> None:
-    from fabscope.engine import backends
+    from fabscope.launch.engine import backends
 
     if "ofi" not in backends():
         pytest.skip("the ofi backend is not built here")
@@ -74,7 +74,7 @@ def test_an_unknown_mca_parameter_is_refused_with_the_closest_names() -> None:
     usage_error(out, "--mca 'btl_tcp_if_inclde'", "no such parameter", "closest: btl_tcp_if_include")
     # The same check in-process for the other spellings (one subprocess is enough for the CLI path).
     from fabscope.errors import FabscopeError
-    from fabscope.mpi_params import check_names
+    from fabscope.launch.mpi_params import check_names
 
     with pytest.raises(FabscopeError, match=r"--env 'btl_tcp_if_inclde'.*closest: btl_tcp_if_include"):
         check_names("openmpi", [], ["OMPI_MCA_btl_tcp_if_inclde"])
@@ -92,7 +92,7 @@ def test_an_unknown_mpich_control_variable_is_refused() -> None:
 @pytest.mark.skipif(shutil.which("ompi_info") is None, reason="Open MPI's ompi_info is not installed")
 def test_known_open_mpi_parameters_pass() -> None:
     """Names Open MPI has are let through: a check that refused them would refuse real runs."""
-    from fabscope.mpi_params import check_names, openmpi_names
+    from fabscope.launch.mpi_params import check_names, openmpi_names
 
     names = ["btl_tcp_if_include", "pml", "plm_rsh_agent", "btl"]
     assert set(names) <= openmpi_names(), sorted(set(names) - openmpi_names())  # what ompi_info lists here
@@ -103,7 +103,7 @@ def test_known_open_mpi_parameters_pass() -> None:
 def test_known_mpich_control_variables_pass() -> None:
     """MPICH's own control variables are let through, and variables that are not MPIR_CVAR_* (UCX's)
     are not MPICH's to check."""
-    from fabscope.mpi_params import check_names, mpich_cvars
+    from fabscope.launch.mpi_params import check_names, mpich_cvars
 
     assert "MPIR_CVAR_CH4_NETMOD" in mpich_cvars() and "UCX_TLS" not in mpich_cvars()
     check_names("mpich", [], ["MPIR_CVAR_CH4_NETMOD", "UCX_TLS"])  # raises FabscopeError on a name it refuses

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,6 +67,26 @@ def test_every_host_misrouted_over_mgmt0_is_named() -> None:
     assert "fs-b: fabric0 counted 0 B rx, the algorithm must move at least 655360 B there; rx by device: mgmt0" in text
 
 
+def test_a_misrouted_collective_says_why_as_a_pair_run_does() -> None:
+    """The pair run's route reasons (results/misroute.py) read from the job's transport and the
+    launcher's environment: pml ob1 from `pml = ^ucx`, btl tcp on every interface, UCX_NET_DEVICES
+    without effect; in the JSON path and the text."""
+    res = parse_collective(_raw())
+    (why,) = res.to_json()["path"]["why"]
+    assert why["reason"] == ("Open MPI ran pml ob1 (pml = ^ucx (Open MPI's value)) with btl tcp+tcp, and "
+                             "btl_tcp_if_include is not set: btl tcp sends over every interface that reaches the peer, "
+                             "here mgmt0, not fabric0; UCX_NET_DEVICES=fabric0 (environment) had no effect: pml ob1 "
+                             "does not use UCX")
+    assert why["fix"] == ("`fabscope ... --device fabric0` (it sets btl_tcp_if_include=fabric0; mpirun: `--mca "
+                          "btl_tcp_if_include fabric0`)")
+    assert f"# why: route: {why['reason']}; fix: {why['fix']}" in render_text([res])
+    # Told to use fabric0 (btl_tcp_if_include), the same bytes over mgmt0 name no unset include.
+    raw = _raw()
+    raw["transport"]["mca"]["btl_tcp_if_include"] = "fabric0"  # type: ignore[index]
+    assert parse_collective(raw).route_reasons() == []
+    assert "# why: route: the library's report in the record names no setting" in render_text([parse_collective(raw)])
+
+
 def test_no_device_no_ceiling_said_per_host() -> None:
     res = parse_collective(_raw())
     ceiling, basis = res.ceiling()
@@ -90,3 +111,45 @@ def test_the_slowest_link_is_the_ceiling() -> None:
 def test_a_broken_record_names_its_field(change: dict[str, object], field: str) -> None:
     with pytest.raises(RecordError, match=f"'{field}'"):
         parse_collective(dict(_raw(), **change))
+
+
+SLOW_FS_C = RECORDS / "collective" / "netns-mpi-allreduce-4hosts-slow-fs-c.jsonl"
+CLEAN_4 = RECORDS / "collective" / "netns-mpi-allreduce-4hosts-clean.jsonl"
+
+
+def _record(path: Path) -> dict[str, Any]:
+    raw: dict[str, Any] = json.loads(path.read_text().splitlines()[0])
+    return raw
+
+
+def test_the_slowed_host_is_named_not_the_last_rank_after_it() -> None:
+    """fs-c's link shaped to a tenth: rank 3 on fs-d, after fs-c in the ring, was last every time;
+    the probe names fs-c (slow both ways), and only fs-c (fs-b and fs-d are slow one way)."""
+    res = parse_collective(_record(SLOW_FS_C))
+    assert res.last_host == "fs-d" and res.last_rank_times == res.iterations
+    held, why = res.held_back()
+    assert held == ["fs-c"], why
+    assert why.startswith("fs-c received the 1048576 B probe in 334.6 ms or more both ways, 8.4x the other hosts' "
+                          "median 40.0 ms"), why
+    assert "the rank last most often: 3 on fs-d (8/8)" in why
+    assert res.figures()["held_back_by"] == ["fs-c"]
+    assert "# held back 1048576 B by fs-c: fs-c received" in render_text([res])
+
+
+def test_the_clean_run_names_nobody() -> None:
+    res = parse_collective(_record(CLEAN_4))
+    held, why = res.held_back()
+    assert held == [] and why.startswith("no host stands out: the slowest both ways, fs-a, 48.0 ms"), why
+    assert res.figures()["held_back_by"] == [] and "held back" not in render_text([res])
+
+
+def test_two_hosts_or_one_name_nobody_and_say_why() -> None:
+    raw = _record(SLOW_FS_C)
+    two = dict(raw, ranks=2, rank_hosts=["fs-b", "fs-c"],
+               host_probe=dict(raw["host_probe"], hosts=raw["host_probe"]["hosts"][1:3]))
+    assert parse_collective(two).held_back() == ([], "two hosts: a slow host cannot be told from a slow link "
+                                                     "between them")
+    one = dict(raw, rank_hosts=["fs-a"] * 4)
+    assert parse_collective(one).held_back() == ([], "every rank on one host")
+    none = {k: v for k, v in raw.items() if k != "host_probe"}
+    assert parse_collective(none).held_back() == ([], "no host probe in the record")

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, fabscope
-from fabscope import runner
-from fabscope.compare import EXIT_INCONCLUSIVE, EXIT_REGRESSION, Rule, Side, compare, welch_p
+from fabscope.compare import Rule, Side, compare, welch_p
+from fabscope.errors import EXIT_INCONCLUSIVE, EXIT_REGRESSION
+from fabscope.launch import runner
 from fabscope.results import Histogram, Result, load_file, parse_record
 
 RECORDS = REPO / "tests" / "fixtures" / "records"

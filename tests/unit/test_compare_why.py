@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from conftest import REPO, fabscope
-from fabscope.compare import EXIT_REGRESSION, Rule, compare, load_side, render
+from fabscope.compare import Rule, compare
+from fabscope.compare.command import load_side, render
+from fabscope.errors import EXIT_REGRESSION
 from fabscope.results import Histogram, Result, load_file, parse_record
 from fabscope.store import open_store
 

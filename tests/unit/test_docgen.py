@@ -19,7 +19,7 @@ def tree() -> docgen.Command:
 
 
 def test_one_page_per_subcommand_with_every_option(tree: docgen.Command, tmp_path: Path) -> None:
-    from fabscope.engine import option_table
+    from fabscope.launch.engine import option_table
 
     pages = {p.name: p.read_text() for p in docgen.write_man_pages(tree, tmp_path, engine_table=option_table())}
     parser = cli.build_parser(with_engine=False)

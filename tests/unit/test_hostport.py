@@ -7,8 +7,9 @@ import argparse
 
 import pytest
 
-from fabscope import argtypes, control, hostport
+from fabscope import argtypes, hostport
 from fabscope.errors import FabscopeError
+from fabscope.session import control
 
 GOOD = [
     ("node1", ("node1", 18515)),

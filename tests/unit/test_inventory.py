@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from fabscope.doctor import CHECKS, Context, Finding
-from fabscope.engine import engine_path
 from fabscope.inventory import SCHEMA, EngineInventory, InventoryError, load, query
+from fabscope.launch.engine import engine_path
 
 INV = Path(__file__).resolve().parents[1] / "fixtures" / "inventory"
 SYSFS = Path(__file__).resolve().parents[1] / "fixtures" / "sysfs"

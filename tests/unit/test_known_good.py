@@ -77,8 +77,13 @@ def test_a_good_scenario_validates_and_runs_nothing(tmp_path: Path) -> None:
     (("kind = \"doctor\"", "kind = \"doctor\"\nkind = \"run\""), 15, "not valid TOML"),
 ])
 def test_bad_input_is_a_named_error_with_its_line(tmp_path: Path, edit: tuple[str, str], line: int, says: str) -> None:
-    text = GOOD.replace(*edit, 1)
-    assert text != GOOD
+    assert_refused(tmp_path, GOOD, edit, line, says)
+
+
+def assert_refused(tmp_path: Path, good: str, edit: tuple[str, str], line: int, says: str) -> None:
+    """The scenario ``good`` with ``edit``: exit 2 naming the file's line, nothing run or kept."""
+    text = good.replace(*edit, 1)
+    assert text != good
     path = _scenario(tmp_path, text)
     db = tmp_path / "h.db"
     got = fabscope("check", str(path), "--store", str(db))  # not --validate: nothing may run either way
@@ -189,6 +194,7 @@ def test_shipped_scenarios_read_and_state_the_pitfalls(name: str) -> None:
     if name == "roce-cluster":
         assert "gid.roce_v2" in doctor and any(c.options.get("gid-index") for c in runs)
         assert any(c.options.get("backend") == "ucx" for c in runs)
+        assert any(c.kind == "collective" and c.options.get("device") == "mlx5_0:1" for c in s.checks)
     for block in path.read_text().split("\n\n"):  # explained: a comment opens the block, or ends each line
         lines = [ln for ln in block.splitlines() if ln.strip()]
         assert lines[0].startswith("#") or all("#" in ln for ln in lines), block

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""The latency reference from the history (fabscope/reference.py, worded by results/explain.py):
+"""The latency reference from the history (fabscope/reference.py, worded by results/explain/):
 stores built under tmp_path from real saved records (tests/fixtures/records) whose p50 is edited
 to plant the runs; then two real loopback latency runs against a temporary history."""
 

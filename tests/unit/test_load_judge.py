@@ -13,7 +13,7 @@ from fabscope.errors import FabscopeError
 from fabscope.load import judge
 from fabscope.load.patterns import check_request, flows_of, max_incoming, pairs_of
 from fabscope.results.histogram import Histogram
-from fabscope.serve_policy import Limits
+from fabscope.serve.policy import Limits
 
 HOSTS = ["a", "b", "c", "d"]
 

@@ -2,7 +2,7 @@
 """A load's total and per-interval sums count only bytes that crossed the port at the same time, and a
 victim's slowdown is blamed on the fabric only when its path crosses the hot port (issue 48).
 
-The saved run (tests/fixtures/records/netns-load-incast-7to1-shallow.jsonl, README there) is incast
+The saved run (tests/fixtures/records/load/netns-incast-7to1-shallow.jsonl, README there) is incast
 7 -> 1 into a 100 Mbit/s port whose flows' measured phases began up to 4.1 s apart: the old arithmetic
 (each flow's rate over its own window, summed; interval k of every flow summed) gave 1.9x the port."""
 
@@ -23,7 +23,7 @@ PORT_GBPS = 0.1
 # tbf meters the IP packet, the engine counts payload: the payload can only be below the port's rate;
 # the tolerance is for the receiver's window starting a control message after the first byte left.
 FRAMING = 1.03
-SAVED = REPO / "tests" / "fixtures" / "records" / "netns-load-incast-7to1-shallow.jsonl"
+SAVED = REPO / "tests" / "fixtures" / "records" / "load" / "netns-incast-7to1-shallow.jsonl"
 
 
 def saved_lines() -> list[dict[str, Any]]:

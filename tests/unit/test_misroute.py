@@ -10,7 +10,7 @@ from pathlib import Path
 from fabscope.report.render import render_text
 from fabscope.results import Result
 from fabscope.results.explain import Cause
-from fabscope.results.model import load_file
+from fabscope.results.files import load_file
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "records"
 

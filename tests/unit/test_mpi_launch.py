@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 
-from fabscope.mpirun import check_hosts, describe_launch, device_mapping, placement_warnings
+from fabscope.launch.mpirun import build_mpi_command, check_hosts, describe_launch, device_mapping, placement_warnings
 
 
 def test_hosts_are_two_different_names() -> None:
@@ -63,3 +63,24 @@ def test_a_rank_elsewhere_than_asked_is_a_warning() -> None:
     assert placement_warnings(rec, None) == []
     (warning,) = placement_warnings(rec, ["fs-a", "fs-b"])
     assert "rank 1 ran on fs-c.example, not on fs-b" in warning
+
+
+def test_collective_ranks_place_themselves_unless_a_binding_was_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A collective's ranks are placed by --cpu (the engine), so the launcher binds nothing; a
+    binding the user gave (Open MPI's MCA parameter, HYDRA_BINDING) is kept, never overridden."""
+    for key in ("OMPI_MCA_hwloc_base_binding_policy", "HYDRA_BINDING"):
+        monkeypatch.delenv(key, raising=False)
+    cmd, _ = build_mpi_command(["--sizes", "8"], mpi="openmpi", check_launcher=False, ppn=2)
+    assert cmd[cmd.index("--bind-to") + 1] == "none"
+    cmd, _ = build_mpi_command(["--sizes", "8"], mpi="mpich", check_launcher=False, ppn=2)
+    assert cmd[cmd.index("-bind-to") + 1] == "none"
+    cmd, _ = build_mpi_command(["--sizes", "8"], mpi="openmpi", check_launcher=False, ppn=2,
+                               mca={"hwloc_base_binding_policy": "core"})
+    assert "--bind-to" not in cmd and cmd[cmd.index("hwloc_base_binding_policy") + 1] == "core"
+    monkeypatch.setenv("HYDRA_BINDING", "core")
+    cmd, _ = build_mpi_command(["--sizes", "8"], mpi="mpich", check_launcher=False, ppn=2)
+    assert "-bind-to" not in cmd
+    # A pair keeps the launcher's binding as before.
+    monkeypatch.delenv("HYDRA_BINDING")
+    cmd, _ = build_mpi_command(["--sizes", "8"], mpi="mpich", check_launcher=False)
+    assert cmd[cmd.index("-bind-to") + 1] == "core"

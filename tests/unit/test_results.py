@@ -210,6 +210,13 @@ def test_suite_summary_shape() -> None:
     with pytest.raises(RecordError) as err:
         SuiteSummary.parse({**obj, "line_rates_gbps": {"fabric0": "fast"}})
     assert err.value.field == "line_rates_gbps"
+    # the rows that did not finish: kept as objects; a summary from before them still reads
+    failed = {**obj, "failed": [{"row": "ucx tag lat", "exit_code": 2, "error": "no device 'bogus0'"}]}
+    assert SuiteSummary.parse(failed).failed == failed["failed"]
+    assert SuiteSummary.parse({k: v for k, v in obj.items() if k != "failed"}).failed == []
+    with pytest.raises(RecordError) as err:
+        SuiteSummary.parse({**obj, "failed": ["ucx tag lat FAILED"]})
+    assert err.value.field == "failed"
 
 
 def test_ucx_net_devices_from_the_environment_is_a_request() -> None:
@@ -225,8 +232,8 @@ def test_ucx_net_devices_from_the_environment_is_a_request() -> None:
 def test_the_runner_refuses_an_invalid_record_naming_the_field(tmp_path: Path) -> None:
     """A real process printing one good and one broken record: the good one is kept, typed and
     judged; the broken one ends the run with exit 4 and the field named, never a partial row."""
-    from fabscope import runner
     from fabscope.errors import EXIT_MEASURE
+    from fabscope.launch import runner
 
     good = raw("tcp-send-bw-loopback.jsonl")
     bad = copy.deepcopy(good)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fabscope import auth
 from fabscope.errors import FabscopeError
-from fabscope.serve_policy import Limits, RateLimiter, Refusal, check_request, parse_config, source_allowed
+from fabscope.serve.policy import Limits, RateLimiter, Refusal, check_request, parse_config, source_allowed
+from fabscope.session import auth
 
 CORE = {"backend": "tcp", "op": "send", "pattern": "lat", "sizes": "8,1K", "iters": "1000", "duration": "0",
         "warmup": "100", "warmup-time": "1", "tx-depth": "64", "poll": "auto"}

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fabscope.mpirun import build_mpi_command
+from fabscope.launch.mpirun import build_mpi_command
 from fabscope.report.render import render_text
 from fabscope.results import parse_record
 from fabscope.results.cpushare import SHARED_CPU_MARK

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fabscope.runner import stream_client
+from fabscope.launch.runner import stream_client
 
 
 def _alive(pid: int) -> bool:

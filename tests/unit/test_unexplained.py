@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """A result far below its expected ceiling with no cause seen says so in words, with the strongest
-signals the checks read, instead of a row of "clear" (results/explain.py, Explanation.unexplained).
+signals the checks read, instead of a row of "clear" (results/explain/, Explanation.unexplained).
 Real records: the tcp row of the two-guest suite (eth0 reports 10 Gb/s; TCG moves ~0.17 Gb/s)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fabscope.report.render import labelled_why_lines, render_text
-from fabscope.results.model import load_file
+from fabscope.results.files import load_file
 
 RECORDS = Path(__file__).resolve().parents[1] / "fixtures" / "records"
 

@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fabscope.launch.rspreload import amend_record, explain_failure
 from fabscope.report.render import header
 from fabscope.results.model import carried_by, parse_record
 from fabscope.results.verdict import verdict
-from fabscope.rspreload import amend_record, explain_failure
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "records" / "softroce-verbs-write-bw-two-devices.jsonl"
 

@@ -10,7 +10,7 @@ import sys
 
 from conftest import REPO
 
-GUEST_MODULES = ("fabscope.cli", "fabscope.serve", "fabscope.runner", "fabscope.suite", "fabscope.suite_hosts",
+GUEST_MODULES = ("fabscope.cli", "fabscope.serve", "fabscope.launch.runner", "fabscope.suite", "fabscope.suite_hosts",
                  "fabscope.matrix.cli", "fabscope.matrix.agent", "fabscope.matrix.coordinator",
                  "fabscope.matrix.driver", "fabscope.matrix.execute", "fabscope.matrix.schedule",
                  "fabscope.matrix.rules", "fabscope.matrix.findings", "fabscope.matrix.render")

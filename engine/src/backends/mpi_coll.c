@@ -20,6 +20,8 @@
 #include "../core/collective.h"
 #include "../core/counters.h"
 #include "../core/linkfacts.h"
+#include "../core/placement.h"
+#include "../core/sysinfo.h"
 
 /* Ranks whose sums stay exact in float32 (256 x 65,521 < 2^24). */
 #define COLL_MAX_EXACT_RANKS 256
@@ -38,7 +40,21 @@ struct coll {
      * front end's path verdict per host (results/collective.py). */
     int host_leader;
     struct fs_cnt_snap *before, *after;
+    /* The host probe (probe_hosts): the first rank of each host, in rank order, and this rank's
+     * place among them (-1: not a first rank); its buffers and the send still in flight. */
+    int *leaders, nleaders, leader_index, probe_dir;
+    char *probe_sbuf, *probe_rbuf;
+    MPI_Request probe_send;
+    struct fs_samples probe_times;
+    /* Rank 0: where every rank ran (place_ranks), added to each size's record. */
+    cJSON *placement, *oversubscribed;
 };
+
+/* The host probe's message, whatever the collective's size: large enough that a link's rate
+ * decides its time, not its latency or a shaper's burst (tc tbf lets 256 KiB through at once on
+ * the netns testbed), small enough to cost little (84 us at 100 Gbit/s, 0.4 s at 20 Mbit/s). */
+#define PROBE_BYTES (1024u * 1024u)
+#define PROBE_REPS 3
 
 static double value(int rank, uint64_t element)
 {
@@ -363,6 +379,8 @@ static void add_library(cJSON *rec, const struct coll *c, uint64_t size)
 /* Each host leader's counters (fs_counters_json: before and after the measured phase) and its
  * requested netdev's rate, gathered to rank 0 as [{"rank": r, "counters": {...}, "link":
  * {device, rate_gbps, rate_source}}, ...]; NULL on the other ranks. */
+static cJSON *gather_json(const struct coll *c, const char *mine);
+
 static cJSON *gather_counters(const struct coll *c, const char *device)
 {
     char *mine = NULL;
@@ -383,6 +401,15 @@ static cJSON *gather_counters(const struct coll *c, const char *device)
         mine = cJSON_PrintUnformatted(j);
         cJSON_Delete(j);
     }
+    cJSON *out = gather_json(c, mine);
+    cJSON_free(mine);
+    return out;
+}
+
+/* Every rank's JSON text (NULL: none from that rank) gathered to rank 0 as an array of the parsed
+ * objects, in rank order, each with its "rank"; NULL on the other ranks. */
+static cJSON *gather_json(const struct coll *c, const char *mine)
+{
     int len = mine ? (int)strlen(mine) + 1 : 0;
     int *lens = c->rank == 0 ? calloc((size_t)c->nranks, sizeof *lens) : NULL;
     int *offs = c->rank == 0 ? calloc((size_t)c->nranks, sizeof *offs) : NULL;
@@ -410,11 +437,210 @@ static cJSON *gather_counters(const struct coll *c, const char *device)
             cJSON_AddItemToArray(out, e);
         }
     }
-    cJSON_free(mine);
     free(all);
     free(lens);
     free(offs);
     return out;
+}
+
+/* The host probe: after the measured phase, the first rank of each host receives one message
+ * from the previous host's first rank (in rank order, round the ring: "from_left") while sending
+ * one to the next, then the same the other way round ("from_right"); each rank times only its
+ * receive (the send completes in the untimed meeting that follows). A host whose link is slow
+ * receives slowly both ways; a host beside it only one way. The front end decides
+ * (results/collective.py); this only measures. Every rank takes part in the meetings. */
+static int probe_sync(void *ctx, int stop, int *all_stop, struct fs_err *err)
+{
+    struct coll *c = ctx;
+    if (c->probe_send != MPI_REQUEST_NULL)
+        MPI_Wait(&c->probe_send, MPI_STATUS_IGNORE);
+    return coll_sync(ctx, stop, all_stop, err);
+}
+
+static int probe_run(void *ctx, struct fs_err *err)
+{
+    struct coll *c = ctx;
+    if (c->leader_index < 0)
+        return 0;
+    int n = c->nleaders, k = c->leader_index;
+    int left = c->leaders[(k + n - 1) % n], right = c->leaders[(k + 1) % n];
+    int from = c->probe_dir ? right : left, to = c->probe_dir ? left : right;
+    MPI_Request recv;
+    int rc = MPI_Irecv(c->probe_rbuf, (int)PROBE_BYTES, MPI_BYTE, from, 7, MPI_COMM_WORLD, &recv);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Isend(c->probe_sbuf, (int)PROBE_BYTES, MPI_BYTE, to, 7, MPI_COMM_WORLD,
+                       &c->probe_send);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Wait(&recv, MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? 0 : fs_fail(err, FS_EXIT_MEASURE, "mpi: the host probe's message "
+                                                                 "from rank %d to rank %d failed",
+                                           from, c->rank);
+}
+
+/* --cpu for every rank, as it places a pair's engine (placement.c), each rank taking its own
+ * slot among the ranks of its machine: hosts with one boot_id are one machine (the netns
+ * testbed's hosts share this one's CPUs), so its ranks get distinct CPUs while there are enough.
+ * Rank 0 keeps where each ran (rank_placement) and, per machine, ranks that share a CPU or
+ * outnumber the CPUs they may use (oversubscribed): stated in every record, never silent. */
+static int place_ranks(struct coll *c, const struct fs_spec *spec, struct fs_err *err)
+{
+    static struct fs_sysinfo si;
+    fs_sysinfo_read(&si);
+    char (*boots)[64] = calloc((size_t)c->nranks, sizeof *boots);
+    if (!boots)
+        return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
+    char mine_boot[64];
+    snprintf(mine_boot, sizeof mine_boot, "%s", si.boot_id[0] ? si.boot_id : c->hosts[c->rank]);
+    MPI_Allgather(mine_boot, sizeof mine_boot, MPI_CHAR, boots, sizeof mine_boot, MPI_CHAR,
+                  MPI_COMM_WORLD);
+    long slot = 0;
+    for (int q = 0; q < c->rank; q++)
+        slot += strcmp(boots[q], mine_boot) == 0;
+    int rc = fs_place(spec->cpu, slot, spec->device, &si, err);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "host", c->hosts[c->rank]);
+    cJSON_AddStringToObject(j, "machine", mine_boot);
+    cJSON_AddNumberToObject(j, "slot", (double)slot);
+    fs_placement_json(&si.place, &si, j);
+    cJSON_AddStringToObject(j, "cpus_allowed", si.cpus_allowed);
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    cJSON *all = gather_json(c, rc ? NULL : text);
+    cJSON_free(text);
+    if (c->rank == 0 && all) {
+        c->oversubscribed = cJSON_CreateArray();
+        for (int r = 0; r < c->nranks; r++) {
+            int first = 1;
+            for (int q = 0; q < r && first; q++)
+                first = strcmp(boots[q], boots[r]) != 0;
+            if (!first)
+                continue;
+            /* This machine's ranks (from r on): two pinned to one CPU, or more unpinned ranks
+             * than the CPUs they may use. */
+            int shared = 0, unpinned = 0;
+            char ranks[256] = "", hosts[512] = "";
+            for (int q = r; q < c->nranks; q++) {
+                if (strcmp(boots[q], boots[r]) != 0)
+                    continue;
+                size_t at = strlen(ranks), ht = strlen(hosts);
+                snprintf(ranks + at, sizeof ranks - at, "%s%d", at ? "," : "", q);
+                if (!strstr(hosts, c->hosts[q]))
+                    snprintf(hosts + ht, sizeof hosts - ht, "%s%s", ht ? "," : "", c->hosts[q]);
+                cJSON *cpu = cJSON_GetObjectItem(cJSON_GetArrayItem(all, q), "cpu");
+                if (!cJSON_IsNumber(cpu)) {
+                    unpinned++;
+                    continue;
+                }
+                for (int p = r; p < q && !shared; p++) {
+                    cJSON *other = cJSON_GetObjectItem(cJSON_GetArrayItem(all, p), "cpu");
+                    shared = strcmp(boots[p], boots[r]) == 0 && cJSON_IsNumber(other) &&
+                             other->valuedouble == cpu->valuedouble;
+                }
+            }
+            if (!shared && !(unpinned > 1 && unpinned > si.cpus_allowed_n))
+                continue;
+            char said[1024], why[96];
+            long number;
+            struct fs_err ignored = {0};
+            if (!shared)
+                snprintf(why, sizeof why, "are not pinned and outnumber the CPUs they may use");
+            else if (fs_cpu_asked_check(spec->cpu, &number, &ignored) == 0 && number >= 0)
+                snprintf(why, sizeof why, "share CPU %ld: --cpu %ld pins every rank there", number,
+                         number);
+            else
+                snprintf(why, sizeof why, "share CPUs: more ranks than the CPUs they may use");
+            snprintf(said, sizeof said,
+                     "ranks %s (on %s, one machine) %s: a spinning rank waits for a time slice of "
+                     "the CPU it shares, and the collective with it; use fewer ranks per host "
+                     "(--ppn), hosts on other machines or --cpu auto",
+                     ranks, hosts, why);
+            cJSON_AddItemToArray(c->oversubscribed, cJSON_CreateString(said));
+        }
+        c->placement = all;
+    } else {
+        cJSON_Delete(all);
+    }
+    free(boots);
+    return rc;
+}
+
+/* The first rank of each host (by processor name, as rank_hosts says), and the probe's buffers
+ * on those ranks when there are two hosts or more. */
+static void probe_setup(struct coll *c, struct fs_err *err)
+{
+    c->probe_send = MPI_REQUEST_NULL;
+    c->leader_index = -1;
+    c->leaders = calloc((size_t)c->nranks, sizeof *c->leaders);
+    if (!c->leaders) {
+        fs_fail(err, FS_EXIT_MEASURE, "out of memory");
+        return;
+    }
+    for (int r = 0; r < c->nranks; r++) {
+        int first = 1;
+        for (int q = 0; q < r && first; q++)
+            first = strcmp(c->hosts[q], c->hosts[r]) != 0;
+        if (!first)
+            continue;
+        if (r == c->rank)
+            c->leader_index = c->nleaders;
+        c->leaders[c->nleaders++] = r;
+    }
+    if (c->nleaders < 2 || c->leader_index < 0)
+        return;
+    c->probe_sbuf = calloc(1, PROBE_BYTES);
+    c->probe_rbuf = calloc(1, PROBE_BYTES);
+    if (!c->probe_sbuf || !c->probe_rbuf)
+        fs_fail(err, FS_EXIT_MEASURE, "cannot allocate 2 x %u bytes for the host probe",
+                PROBE_BYTES);
+}
+
+/* The probe's times (rank 0: host_probe, one entry per host's first rank), or NULL with fewer than
+ * two hosts. */
+static cJSON *probe_hosts(struct coll *c, struct fs_err *err)
+{
+    struct fs_samples *scratch = &c->probe_times;
+    if (c->nleaders < 2)
+        return NULL;
+    const struct fs_coll_hooks hooks = {probe_sync, probe_run};
+    double best[2] = {-1, -1}, *all = c->rank == 0 ? malloc(2 * sizeof *all * (size_t)c->nranks)
+                                                   : NULL;
+    for (int dir = 0; dir < 2; dir++) {
+        c->probe_dir = dir;
+        fs_samples_clear(scratch);
+        if (fs_coll_phase(&hooks, c, PROBE_REPS, 0, scratch, err)) {
+            free(all);
+            return NULL;
+        }
+        int stop = 1, all_stop = 0; /* the last send completes before the next direction */
+        probe_sync(c, stop, &all_stop, err);
+        for (size_t i = 0; c->leader_index >= 0 && i < scratch->n; i++)
+            if (best[dir] < 0 || scratch->v[i] < best[dir])
+                best[dir] = scratch->v[i];
+    }
+    MPI_Gather(best, 2, MPI_DOUBLE, all, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (c->rank != 0 || !all) {
+        free(all);
+        return NULL;
+    }
+    cJSON *probe = cJSON_CreateObject();
+    cJSON_AddNumberToObject(probe, "bytes", PROBE_BYTES);
+    cJSON_AddNumberToObject(probe, "reps", PROBE_REPS);
+    cJSON_AddStringToObject(probe, "how",
+                            "after the measured phase, each host's first rank received one message "
+                            "from the previous host's first rank (ring in rank order) while sending "
+                            "to the next, then the other way round; the fastest of the repetitions "
+                            "of each receive, on the receiver's clock");
+    cJSON *hosts = cJSON_AddArrayToObject(probe, "hosts");
+    for (int i = 0; i < c->nleaders; i++) {
+        int r = c->leaders[i];
+        cJSON *h = cJSON_CreateObject();
+        cJSON_AddNumberToObject(h, "rank", r);
+        cJSON_AddNumberToObject(h, "from_left_ns", all[2 * r]);
+        cJSON_AddNumberToObject(h, "from_right_ns", all[2 * r + 1]);
+        cJSON_AddItemToArray(hosts, h);
+    }
+    free(all);
+    return probe;
 }
 
 /* One size: warm-up, the measured phase, the times across ranks, the check. Rank 0 prints. */
@@ -440,6 +666,11 @@ static int one_size(struct coll *c, const struct fs_spec *spec, uint64_t size,
     if (c->after)
         fs_counters_snap(c->after, -1);
     cJSON *counters = gather_counters(c, spec->device);
+    cJSON *probe = probe_hosts(c, err);
+    if (err->code) {
+        cJSON_Delete(counters);
+        return -1;
+    }
     /* The check: inputs again (an in-place run overwrote them), one more collective, every
      * element of this rank's result compared with what it must be. */
     fill(c);
@@ -490,6 +721,14 @@ static int one_size(struct coll *c, const struct fs_spec *spec, uint64_t size,
             cJSON_AddStringToObject(rec, "requested_device", spec->device);
             cJSON_AddItemToObject(rec, "host_counters", counters);
             counters = NULL;
+            if (c->placement)
+                cJSON_AddItemToObject(rec, "rank_placement", cJSON_Duplicate(c->placement, 1));
+            if (c->oversubscribed)
+                cJSON_AddItemToObject(rec, "oversubscribed",
+                                      cJSON_Duplicate(c->oversubscribed, 1));
+            if (probe)
+                cJSON_AddItemToObject(rec, "host_probe", probe);
+            probe = NULL;
             cJSON *v = cJSON_AddObjectToObject(rec, "verified");
             cJSON_AddNumberToObject(v, "elements_per_rank", (double)(c->pat == FS_PAT_BARRIER
                                                                          ? 0 : result_count(c)));
@@ -513,6 +752,7 @@ static int one_size(struct coll *c, const struct fs_spec *spec, uint64_t size,
         }
     }
     cJSON_Delete(counters);
+    cJSON_Delete(probe);
     free(wrongs);
     free(loc);
     free(lastloc);
@@ -581,6 +821,10 @@ int fs_mpi_collective_main(const struct fs_spec *given, int rank, int nranks)
             fs_fail(&err, FS_EXIT_MEASURE, "cannot allocate 2 x %llu bytes on host %s",
                     (unsigned long long)max_size, me);
     }
+    if (!err.code)
+        probe_setup(&c, &err);
+    if (!err.code)
+        place_ranks(&c, &spec, &err);
     if (agree(rank, nranks, &err))
         goto out;
     for (size_t i = 0; i < spec.sizes.n; i++) {
@@ -590,6 +834,12 @@ int fs_mpi_collective_main(const struct fs_spec *given, int rank, int nranks)
     }
 out:
     fs_samples_free(&mine);
+    fs_samples_free(&c.probe_times);
+    cJSON_Delete(c.placement);
+    cJSON_Delete(c.oversubscribed);
+    free(c.leaders);
+    free(c.probe_sbuf);
+    free(c.probe_rbuf);
     free(c.sbuf);
     free(c.rbuf);
     free(c.hosts);

@@ -234,3 +234,26 @@ int ofi_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_err *err
     return 0;
 }
 
+/* Binds the endpoint to its completion queue, address vector or event queue and enables it: the
+ * last step of every connection, whichever side or mode (ofi.c for connectionless endpoints). */
+int ofi_bind_enable(struct ofi *f, struct fs_err *err)
+{
+    const struct fi_info *epi = f->conn ? f->conn : f->info; /* what the endpoint was opened with */
+    f->delivery_complete = (epi->tx_attr->op_flags & FI_DELIVERY_COMPLETE) != 0;
+    int rc = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV);
+    if (!rc && f->av)
+        rc = fi_ep_bind(f->ep, &f->av->fid, 0);
+    if (!rc && f->eq)
+        rc = fi_ep_bind(f->ep, &f->eq->fid, 0);
+    if (!rc)
+        rc = fi_enable(f->ep);
+    if (rc == -FI_EINVAL && strstr(f->info->fabric_attr->prov_name, "ofi_rxm"))
+        /* Seen on rxe: "Unable to create verbs CQ" in FI_LOG_LEVEL=warn; fi_pingpong fails alike. */
+        return fs_fail(err, FS_EXIT_MEASURE,
+                       "ofi: binding/enabling the %s endpoint: %s (%d); ofi_rxm sizes each "
+                       "connection's CQ as (tx + rx size) x FI_UNIVERSE_SIZE (default 256), which "
+                       "a device with few CQ entries refuses (rxe: max_cqe 32767, see "
+                       "ibv_devinfo -v): set FI_UNIVERSE_SIZE=32 on both hosts",
+                       f->info->fabric_attr->prov_name, fi_strerror(EINVAL), rc);
+    return rc ? ofi_failc(err, FS_EXIT_MEASURE, "binding/enabling the endpoint", rc) : 0;
+}

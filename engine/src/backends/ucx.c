@@ -9,7 +9,6 @@
 #define _GNU_SOURCE
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <ifaddrs.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdio.h>
@@ -26,7 +25,6 @@
 #include "../core/rx_slots.h"
 #include "ucx_int.h"
 #include "ucx_lanes.h"
-#include "sysfs.h"
 
 struct ucx_opts {
     char tls[256];
@@ -71,9 +69,7 @@ struct ucx {
     long rx_floor;
     double timeout_s;
 
-    /* effective settings, with where they came from (option, environment, UCX default) */
-    char tls[256], tls_source[16];
-    char net_devices[256], net_devices_source[16];
+    struct ucx_names names; /* UCX_TLS and UCX_NET_DEVICES in effect, and where from */
     char datapath_addr[64]; /* server: our address on the client's data-path network, or "" */
 
     ucp_context_h context;
@@ -106,96 +102,6 @@ static int ucs_fail(struct fs_err *err, int code, const char *what, ucs_status_t
     return fs_fail(err, code, "ucx: %s: %s", what, ucs_status_string(st));
 }
 
-/* ---- names checked against what UCX has on this host (ucx_resources.c) --------------------- */
-
-
-/* A server without a device of its own: the client's data-path hint chose our address on the
- * client's network (`addr`, datapath.h). UCX's tcp transport would offer every interface, and a
- * client bound to fabric0 reached our mgmt0 address over the management link (misrouted). Keep
- * the interface holding that address, the RDMA ports that send through it, and RDMA ports whose
- * netdev is unknown (InfiniBand: no Ethernet netdev behind its GIDs). Empty when the address is
- * not ours or nothing matches (then UCX's default stays). */
-static void devices_on_datapath(const struct ucx_reslist *l, const char *addr, char *out, size_t len)
-{
-    out[0] = '\0';
-    struct ifaddrs *ifa = NULL;
-    if (getifaddrs(&ifa))
-        return;
-    const char *owner = fs_datapath_owner(ifa, addr);
-    char netdev[64] = "";
-    if (owner)
-        snprintf(netdev, sizeof netdev, "%s", owner);
-    freeifaddrs(ifa);
-    if (!netdev[0])
-        return;
-    size_t used = 0;
-    for (size_t i = 0; i < l->n; i++) {
-        const char *dev = l->v[i].dev;
-        if (l->v[i].type != UCT_DEVICE_TYPE_NET)
-            continue;
-        int keep = strcmp(dev, netdev) == 0;
-        const char *colon = strchr(dev, ':');
-        if (!keep && colon) { /* "rxe0:1": an RDMA port */
-            char rdma[UCT_DEVICE_NAME_MAX], through[64];
-            snprintf(rdma, sizeof rdma, "%.*s", (int)(colon - dev), dev);
-            keep = fs_datapath_rdma_netdev(fs_sysfs_root(), rdma, through, sizeof through) != 0 ||
-                   strcmp(through, netdev) == 0;
-        }
-        char token[UCT_DEVICE_NAME_MAX + 2];
-        snprintf(token, sizeof token, ",%s,", dev);
-        char listed[sizeof(((struct ucx *)0)->net_devices) + 2];
-        snprintf(listed, sizeof listed, ",%s,", out);
-        if (!keep || strstr(listed, token))
-            continue;
-        int n = snprintf(out + used, len - used, "%s%s", used ? "," : "", dev);
-        if (n < 0 || (size_t)n >= len - used) {
-            out[used] = '\0';
-            break;
-        }
-        used += (size_t)n;
-    }
-}
-
-/* Decides UCX_TLS / UCX_NET_DEVICES and checks them, whichever place they come from. */
-static int resolve_names(struct ucx *u, const char *device, struct fs_err *err)
-{
-    struct ucx_reslist l = {0};
-    if (ucx_query_resources(&l, err))
-        return -1;
-    const char *env_tls = getenv("UCX_TLS"), *env_dev = getenv("UCX_NET_DEVICES");
-    int rc = 0;
-    if (u->o.tls[0]) {
-        snprintf(u->tls, sizeof u->tls, "%s", u->o.tls);
-        snprintf(u->tls_source, sizeof u->tls_source, "option");
-        rc = ucx_check_list(&l, u->tls, 0, "--ucx-tls", err);
-    } else if (env_tls && *env_tls) {
-        snprintf(u->tls, sizeof u->tls, "%s", env_tls);
-        snprintf(u->tls_source, sizeof u->tls_source, "environment");
-        rc = ucx_check_list(&l, u->tls, 0, "UCX_TLS (from the environment)", err);
-    } else {
-        snprintf(u->tls, sizeof u->tls, "all");
-        snprintf(u->tls_source, sizeof u->tls_source, "default");
-    }
-    if (rc == 0 && device[0]) {
-        snprintf(u->net_devices, sizeof u->net_devices, "%s", device);
-        snprintf(u->net_devices_source, sizeof u->net_devices_source, "option");
-        rc = ucx_check_list(&l, u->net_devices, 1, "--device", err);
-    } else if (rc == 0 && env_dev && *env_dev) {
-        snprintf(u->net_devices, sizeof u->net_devices, "%s", env_dev);
-        snprintf(u->net_devices_source, sizeof u->net_devices_source, "environment");
-        rc = ucx_check_list(&l, u->net_devices, 1, "UCX_NET_DEVICES (from the environment)", err);
-    } else if (rc == 0 && u->datapath_addr[0] &&
-               (devices_on_datapath(&l, u->datapath_addr, u->net_devices, sizeof u->net_devices),
-                u->net_devices[0])) {
-        snprintf(u->net_devices_source, sizeof u->net_devices_source, "data path");
-    } else if (rc == 0) {
-        snprintf(u->net_devices, sizeof u->net_devices, "all");
-        snprintf(u->net_devices_source, sizeof u->net_devices_source, "default");
-    }
-    free(l.v);
-    return rc;
-}
-
 /* Before any connection: a misspelt transport or device is a usage error even with no peer. */
 static int ucx_check(const struct fs_spec *spec, const void *opts, struct fs_err *err)
 {
@@ -203,7 +109,7 @@ static int ucx_check(const struct fs_spec *spec, const void *opts, struct fs_err
     if (!u)
         return fs_fail(err, FS_EXIT_MEASURE, "out of memory");
     u->o = *(const struct ucx_opts *)opts;
-    int rc = resolve_names(u, spec->device, err);
+    int rc = ucx_resolve_names(u->o.tls, spec->device, "", &u->names, err);
     free(u);
     return rc;
 }
@@ -349,23 +255,23 @@ static int ucx_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     u->block = ctx->block && !u->mem_polling;
     if (ctx->is_server && ctx->data_local_addr)
         snprintf(u->datapath_addr, sizeof u->datapath_addr, "%s", ctx->data_local_addr);
-    if (resolve_names(u, ctx->spec->device, err))
+    if (ucx_resolve_names(u->o.tls, ctx->spec->device, u->datapath_addr, &u->names, err))
         return -1;
 
     ucp_config_t *cfg = NULL;
     ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK)
         return ucs_fail(err, FS_EXIT_USAGE, "reading the UCX configuration (UCX_* variables)", st);
-    if (strcmp(u->tls_source, "option") == 0 && (st = ucp_config_modify(cfg, "TLS", u->tls)) != UCS_OK) {
+    if (strcmp(u->names.tls_source, "option") == 0 && (st = ucp_config_modify(cfg, "TLS", u->names.tls)) != UCS_OK) {
         ucp_config_release(cfg);
-        return fs_fail(err, FS_EXIT_USAGE, "--ucx-tls %s: UCX refused it: %s", u->tls,
+        return fs_fail(err, FS_EXIT_USAGE, "--ucx-tls %s: UCX refused it: %s", u->names.tls,
                        ucs_status_string(st));
     }
-    if ((strcmp(u->net_devices_source, "option") == 0 ||
-         strcmp(u->net_devices_source, "data path") == 0) &&
-        (st = ucp_config_modify(cfg, "NET_DEVICES", u->net_devices)) != UCS_OK) {
+    if ((strcmp(u->names.net_devices_source, "option") == 0 ||
+         strcmp(u->names.net_devices_source, "data path") == 0) &&
+        (st = ucp_config_modify(cfg, "NET_DEVICES", u->names.net_devices)) != UCS_OK) {
         ucp_config_release(cfg);
-        return fs_fail(err, FS_EXIT_USAGE, "--device %s: UCX refused it: %s", u->net_devices,
+        return fs_fail(err, FS_EXIT_USAGE, "--device %s: UCX refused it: %s", u->names.net_devices,
                        ucs_status_string(st));
     }
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
@@ -380,7 +286,7 @@ static int ucx_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
     if (st != UCS_OK)
         return fs_fail(err, FS_EXIT_UNSUPPORTED,
                        "ucx: ucp_init failed with UCX_TLS=%s UCX_NET_DEVICES=%s: %s",
-                       u->tls, u->net_devices, ucs_status_string(st));
+                       u->names.tls, u->names.net_devices, ucs_status_string(st));
     ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                               .thread_mode = UCS_THREAD_MODE_SINGLE};
     if ((st = ucp_worker_create(u->context, &wp, &u->worker)) != UCS_OK)
@@ -455,20 +361,20 @@ static int ucx_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
                           .address = addr};
     ucs_status_t st = ucp_ep_create(u->worker, &ep, &u->ep);
     free(addr);
-    if (st != UCS_OK && strstr(u->tls, "rc_") && !strstr(u->tls, "ud"))
+    if (st != UCS_OK && strstr(u->names.tls, "rc_") && !strstr(u->names.tls, "ud"))
         /* UCX says "no auxiliary transport" in its log: rc cannot wire itself up by address. */
         return fs_fail(err, FS_EXIT_UNSUPPORTED,
                        "ucx: no usable path to the peer with UCX_TLS=%s UCX_NET_DEVICES=%s: %s "
                        "(a connected RDMA transport sets its connections up over a datagram one, "
                        "which UCX_TLS leaves out: use --ucx-tls %s,ud_verbs:aux, as UCX's own "
                        "\"rc\" alias does; ucx_perftest fails the same way)",
-                       u->tls, u->net_devices, ucs_status_string(st), u->tls);
+                       u->names.tls, u->names.net_devices, ucs_status_string(st), u->names.tls);
     if (st != UCS_OK)
         return fs_fail(err, FS_EXIT_UNSUPPORTED,
                        "ucx: no usable path to the peer with UCX_TLS=%s UCX_NET_DEVICES=%s: %s "
                        "(UCX needs a transport for active messages on both sides: e.g. "
                        "cma alone has none; add self and posix/sysv or tcp)",
-                       u->tls, u->net_devices, ucs_status_string(st));
+                       u->names.tls, u->names.net_devices, ucs_status_string(st));
     if (needs_rkey(u->op)) {
         size_t rklen = 0;
         void *rk = fs_json_get_hex(peer, "rkey", &rklen);
@@ -784,10 +690,10 @@ static void ucx_describe(void *be, cJSON *o)
                                       : u->op == FS_OP_AM   ? "am (ucp_am_send_nbx)"
                                                             : "atomic (ucp_atomic_op_nbx)");
     cJSON *req = cJSON_AddObjectToObject(o, "requested");
-    cJSON_AddStringToObject(req, "UCX_TLS", u->tls);
-    cJSON_AddStringToObject(req, "UCX_TLS_source", u->tls_source);
-    cJSON_AddStringToObject(req, "UCX_NET_DEVICES", u->net_devices);
-    cJSON_AddStringToObject(req, "UCX_NET_DEVICES_source", u->net_devices_source);
+    cJSON_AddStringToObject(req, "UCX_TLS", u->names.tls);
+    cJSON_AddStringToObject(req, "UCX_TLS_source", u->names.tls_source);
+    cJSON_AddStringToObject(req, "UCX_NET_DEVICES", u->names.net_devices);
+    cJSON_AddStringToObject(req, "UCX_NET_DEVICES_source", u->names.net_devices_source);
     cJSON_AddStringToObject(o, "progress",
                             u->block       ? "block (ucp_worker_arm + event fd)"
                             : u->mem_polling ? "busy (write latency polls memory, which cannot block)"

@@ -32,6 +32,18 @@ int ucx_tl_token_ok(const struct ucx_reslist *l, const char *tok);
 int ucx_check_list(const struct ucx_reslist *l, const char *value, int devices, const char *what,
                    struct fs_err *err);
 
+/* UCX_TLS and UCX_NET_DEVICES in effect, each with where it came from: "option", "environment",
+ * "data path" (devices only) or "default" (ucx_names.c). */
+struct ucx_names {
+    char tls[256], tls_source[16];
+    char net_devices[256], net_devices_source[16];
+};
+/* Decides both from --ucx-tls (opt_tls, "" when not given), --device, the environment and, for a
+ * server without a device, its address on the client's network (datapath_addr, or ""), and checks
+ * every name against what UCX has here: a name it lacks is a usage error. */
+int ucx_resolve_names(const char *opt_tls, const char *device, const char *datapath_addr,
+                      struct ucx_names *out, struct fs_err *err);
+
 /* UCX's transport aliases (ucx_resources.c says where they come from). */
 struct ucx_alias {
     const char *alias;

@@ -292,7 +292,7 @@ static int size_phases(struct fs_run *r, uint64_t size, struct fs_side_view *min
         return -1;
     cJSON *extra = cJSON_CreateObject();
     cJSON *sys = cJSON_AddObjectToObject(extra, "host");
-    fs_sysinfo_json(&r->si, sys);
+    fs_host_json(&r->si, sys);
     /* Our transport as it is after this size's measured phase (what it retransmitted, its path
      * MTU): the client prints it as the peer's, not the description sent when connecting. */
     r->bops->describe(r->be, cJSON_AddObjectToObject(extra, "transport"));

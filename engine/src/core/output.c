@@ -391,7 +391,7 @@ int fs_out_record(struct fs_out *o, struct fs_run *r, uint64_t size, const struc
         cJSON_AddStringToObject(clk, "why_not_tsc", r->clock.why_not_tsc);
 
     cJSON *host = cJSON_AddObjectToObject(rec, "host");
-    fs_sysinfo_json(&r->si, host);
+    fs_host_json(&r->si, host);
     const cJSON *ph = peer_msg ? cJSON_GetObjectItemCaseSensitive(peer_msg, "host") : NULL;
     cJSON_AddItemToObject(rec, "peer_host", ph ? cJSON_Duplicate(ph, 1) : cJSON_CreateNull());
 

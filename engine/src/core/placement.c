@@ -341,3 +341,10 @@ void fs_placement_json(const struct fs_placement *p, const struct fs_sysinfo *si
     cJSON_AddNumberToObject(o, "host_numa_nodes", p->host_nodes);
     cJSON_AddStringToObject(o, "how", p->how);
 }
+
+void fs_host_json(const struct fs_sysinfo *si, cJSON *obj)
+{
+    fs_sysinfo_json(si, obj);
+    if (si->place.asked[0])
+        fs_placement_json(&si->place, si, cJSON_AddObjectToObject(obj, "placement"));
+}

@@ -27,6 +27,9 @@ int fs_cpu_asked_check(const char *asked, long *cpu, struct fs_err *err);
  * near or far where the device's node is unknown, far on a one-node host, no allowed CPU. */
 int fs_place(const char *asked, long slot, const char *device, struct fs_sysinfo *si, struct fs_err *err);
 void fs_placement_json(const struct fs_placement *p, const struct fs_sysinfo *si, struct cJSON *o);
+/* The host's facts (sysinfo.c) and, when --cpu was given, where the engine was placed: the record's
+ * "host" object. Here, not in sysinfo.c, so that placement calls sysinfo and never the reverse. */
+void fs_host_json(const struct fs_sysinfo *si, struct cJSON *obj);
 
 int fs_cpulist_parse(const char *list, cpu_set_t *set);
 void fs_cpulist_format(const cpu_set_t *set, char *out, size_t len);

@@ -105,7 +105,14 @@ int fs_phase_run(struct fs_run *r, enum fs_phase phase, uint64_t size, struct fs
 /* Resolves --interval for this run (auto, off, or checked against the pattern and duration). */
 int fs_interval_resolve(struct fs_run *r, struct fs_err *err);
 
-/* Sends our view and waits for the peer's. */
+/* The thread's CPU account at a phase's start (end 0) and its use since then (end 1) (sideview.c). */
+void fs_cpu_mark(struct fs_side_view *v, int end);
+/* A phase's per-interval counts as a JSON list under `key`, and back from the peer's message. */
+void fs_counts_json(const struct fs_counts *c, struct cJSON *m, const char *key);
+int fs_counts_from_json(struct fs_counts *c, const struct cJSON *m, const char *key,
+                        struct fs_err *err);
+
+/* Sends our view and waits for the peer's (sideview.c). */
 int fs_phase_exchange(struct fs_run *r, const struct fs_side_view *mine,
                       struct cJSON *extra, struct fs_side_view *theirs, struct cJSON **peer_msg,
                       struct fs_err *err);

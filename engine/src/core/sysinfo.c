@@ -116,8 +116,6 @@ void fs_sysinfo_json(const struct fs_sysinfo *si, cJSON *obj)
     else
         cJSON_AddNullToObject(obj, "cpu");
     cJSON_AddStringToObject(obj, "cpus_allowed", si->cpus_allowed);
-    if (si->place.asked[0])
-        fs_placement_json(&si->place, si, cJSON_AddObjectToObject(obj, "placement"));
     /* Which kernel boot this is, so the front end can tell when two ranks bound to the same CPU
      * time each other's time slices. */
     if (si->boot_id[0])

@@ -118,8 +118,9 @@ def _doctor(args: argparse.Namespace) -> int:
         report = run_doctor(ctx)
         sys.stdout.write(report.to_json() + "\n" if args.json else render_report(report))
         return report.exit_code
-    from fabscope.auth import load_key
     from fabscope.doctor.peer import fetch, report_from_dict
+
+    from ..session.auth import load_key
 
     try:
         key = load_key(args.key_file) if args.key_file else None

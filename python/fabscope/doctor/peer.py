@@ -9,9 +9,9 @@ import socket
 import sys
 from typing import Any
 
-from .. import control
-from ..auth import Key
 from ..errors import EXIT_PEER, FabscopeError
+from ..session import control
+from ..session.auth import Key
 from . import Context, run_doctor
 from .core import Finding, Report
 from .crosshost import collect_host_facts

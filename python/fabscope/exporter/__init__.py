@@ -145,8 +145,8 @@ def serve(
     import http.server
     import socket
 
-    from ..control import split_hostport
-    from ..engine import engine_path
+    from ..launch.engine import engine_path
+    from ..session.control import split_hostport
 
     addr, port = split_hostport(listen, DEFAULT_PORT)
     exe = engine or engine_path()

@@ -3,16 +3,15 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..errors import FabscopeError
-from ..results import RecordError, Result, parse_record
+from ..results import Result
+from ..results.files import read_result_file
 from ..results.matrix import Finding, MatrixRun
 
 __all__ = ["STORE_RUNS", "ResultsSource", "case_labels"]
@@ -110,14 +109,12 @@ class ResultsSource:
         hit = self._cache.get(f)
         if hit and hit[0] == mtime:
             return hit
-        try:
-            text = f.read_text(encoding="utf-8", errors="replace")
-            docs = _documents(text)
-            recs = [parse_record(d, judge_path=False) for d in docs if str(d.get("schema", "")).startswith("fabscope.result/")]
-            runs = [MatrixRun.parse(d) for d in docs if str(d.get("schema", "")).startswith("fabscope.matrix/")]
-        except (OSError, RecordError) as exc:
-            self.errors[str(f)] = str(exc)
+        try:  # read while a run may still append to it; objects of other schemas are not results
+            got = read_result_file(f, growing=True, other_schemas="skip")
+        except FabscopeError as exc:
+            self.errors[str(f)] = exc.message
             return hit or (0.0, [], [])
+        recs, runs = got.records, got.matrices
         self.errors.pop(str(f), None)
         self._cache[f] = (mtime, recs, runs)
         return self._cache[f]
@@ -140,30 +137,6 @@ def _store_stamp(store: Path) -> tuple[tuple[int, int, int] | None, ...] | None:
             return None
         out.append((st.st_ino, st.st_size, st.st_mtime_ns))
     return tuple(out)
-
-
-def _documents(text: str) -> list[dict[str, Any]]:
-    """The JSON objects of a report file: one indented document (`fabscope matrix --format json`) or
-    JSON lines (`run --format json`, a suite's loopback.jsonl). A last line without its newline is
-    still being written and waits for the next scrape; other lines that are not JSON are skipped."""
-    try:
-        whole = json.loads(text)
-    except ValueError:  # JSON lines: "Extra data" after the first
-        whole = None
-    if isinstance(whole, dict):
-        return [whole]
-    lines = text.splitlines()
-    if text and not text.endswith("\n"):
-        lines = lines[:-1]
-    out: list[dict[str, Any]] = []
-    for line in lines:
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-    return out
 
 
 def case_labels(rec: Result) -> tuple[str, ...]:

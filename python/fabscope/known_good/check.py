@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import statistics
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -36,13 +34,11 @@ from ..errors import (
 )
 from ..results import Result, parse_record
 from . import baseline as baselines
+from .command import run_fabscope
 from .expectations import Absolute, Expectation, Relative
 from .faults import fault
 from .scenario import CheckSpec, Scenario, load
 
-# What one `fabscope run` of a check may take at most (the engine's own deadlines end a dead peer
-# within seconds; this bounds everything else).
-RUN_DEADLINE_S = 900.0
 STATUS_ORDER = ("pass", "warn", "inconclusive", "fail")
 
 
@@ -112,11 +108,14 @@ class Outcome:
 def validate(scenario: Scenario, store_path: str | None) -> None:
     """Each run check's options as `fabscope run` would parse them, and every baseline named."""
     from .. import cli
+    from .kinds import validation_argv
 
     for c in scenario.checks:
         if c.kind == "doctor":
             continue
-        argv = [*c.run_argv(), "--no-store"] if c.kind == "run" else c.matrix_argv(scenario.hosts, scenario.launcher)
+        argv = ([*c.run_argv(), "--no-store"] if c.kind == "run"
+                else c.matrix_argv(scenario.hosts, scenario.launcher) if c.kind == "matrix"
+                else validation_argv(c, scenario))
         try:
             ns = cli.build_parser(with_engine=True, only=argv[0]).parse_args(argv)
             ns.check(ns)
@@ -155,14 +154,8 @@ class _RunOutput:
 
 
 def _run_once(check: CheckSpec, store_args: list[str]) -> _RunOutput:
-    argv = [sys.executable, "-m", "fabscope", *check.run_argv(), "--format", "json", *store_args]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
-    try:
-        out, err = proc.communicate(timeout=RUN_DEADLINE_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        err += f"\nfabscope check: the run took more than {RUN_DEADLINE_S:g} s and was stopped"
+    ran = run_fabscope([*check.run_argv(), "--format", "json", *store_args])
+    out, err = ran.stdout, ran.stderr
     results = []
     for line in out.splitlines():
         if not line.startswith("{"):
@@ -170,7 +163,7 @@ def _run_once(check: CheckSpec, store_args: list[str]) -> _RunOutput:
         raw = json.loads(line)
         if str(raw.get("schema", "")).startswith("fabscope.result"):
             results.append(parse_record(raw, judge_path=False))
-    return _RunOutput(results, proc.returncode if proc.returncode is not None else -1, err.strip())
+    return _RunOutput(results, ran.returncode, err.strip())
 
 
 def _case(r: Result) -> str:
@@ -336,14 +329,9 @@ def _matrix_check(check: CheckSpec, scenario: Scenario, store_args: list[str]) -
     from ..results.matrix import MatrixRun
 
     argv = [*check.matrix_argv(scenario.hosts, scenario.launcher), "--format", "json", *store_args]
-    proc = subprocess.Popen([sys.executable, "-m", "fabscope", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(os.environ))
-    try:
-        out, err = proc.communicate(timeout=RUN_DEADLINE_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-    said = f"`fabscope {' '.join(argv)}` exited {proc.returncode}"
+    ran = run_fabscope(argv)
+    out, err = ran.stdout, ran.stderr
+    said = f"`fabscope {' '.join(argv)}` exited {ran.returncode}"
     try:
         doc = json.loads(out)
         run = MatrixRun.parse(doc)
@@ -413,6 +401,12 @@ def run_scenario(scenario: Scenario, store_path: str | None, no_store: bool, tag
             got = _doctor_check(check)
         elif check.kind == "matrix":
             got = _matrix_check(check, scenario, store_args)
+        elif check.kind in ("suite", "collective", "load"):
+            from . import kinds
+
+            got = (kinds.suite_check(check, scenario, store_args, runs) if check.kind == "suite"
+                   else kinds.collective_check(check, scenario) if check.kind == "collective"
+                   else kinds.load_check(check, scenario, store_args))
         else:
             got = _run_check(check, store_args, store_path, runs)
         outcome.results += [r for run in runs for r in run]

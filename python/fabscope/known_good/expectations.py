@@ -18,6 +18,23 @@ DOCTOR_FIGURES = {"errors": "doctor findings of severity error", "warnings": "do
 MATRIX_FIGURES = {"bad_nodes": "nodes the fabric matrix found bad", "bad_links": "links it found bad",
                   "misrouted_pairs": "pairs whose bytes went over another device",
                   "unreachable_hosts": "hosts whose agent never checked in"}
+# A suite check: counts over its rows, and each selected row's own figures (as a run check's).
+SUITE_COUNT_FIGURES = {"rows_failed": "rows (a backend's pattern) that did not finish (unsupported rows are notes)",
+                       "rows_misrouted": "results whose bytes went over another device than asked",
+                       "rows_unverified": "results whose path could not be verified"}
+SUITE_FIGURES = {**SUITE_COUNT_FIGURES, **RUN_LATENCY_FIGURES, **RUN_BANDWIDTH_FIGURES}
+COLLECTIVE_FIGURES = {"busbw_gbps": "bus bandwidth [Gb/s] (algbw x nccl-tests' factor)",
+                      "algbw_gbps": "algorithm bandwidth [Gb/s] (size / time of the median collective)",
+                      "p50_us": "median time of one collective, the slowest rank's [us]",
+                      "p99_us": "99th percentile time of one collective, the slowest rank's [us]",
+                      "fraction_of_ceiling": "busbw over the slowest link's expected ceiling (0..1)"}
+LOAD_FIGURES = {"total_gbps": "what the load's flows carried together [Gb/s]",
+                "fraction_of_bottleneck": "the concurrent total over the bottleneck's rate (0..1)",
+                "fairness_jain": "Jain's fairness index of the flows' rates (1 = fair)",
+                "retransmitted_segments": "TCP segments the senders retransmitted (spurious ones left out)",
+                "drops": "packets the netdevs of both ends dropped during the flows",
+                "victim_p50_factor": "the victim's median latency under load over its latency alone",
+                "victim_p99_factor": "the victim's p99 latency under load over its latency alone"}
 # Names a bound's right-hand side may use, per figure: the run's expected ceiling.
 REFERENCES = {"line_rate": "the expected ceiling of the carrying device (link rate x wire efficiency, PCIe)"}
 # The figures a baseline can judge (compare's statistics: the median, and latency's p99 tail).

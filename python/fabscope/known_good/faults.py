@@ -56,6 +56,34 @@ FAULTS: dict[str, Fault] = {f.code: f for f in (
           "bound the figure by a number, or measure where the record carries it (a link rate needs a real port)"),
     Fault("FS-STAT-001", "no statistical evidence either way (inconclusive)",
           "repeat the check (`repeat = N` in the scenario) and keep more runs in the baseline"),
+    Fault("FS-SUITE-001", "a suite row (a backend's pattern) did not finish",
+          "the evidence has the row's own message; rerun that row by hand (`fabscope run ...` with its backend and "
+          "pattern) and `fabscope doctor`"),
+    Fault("FS-SUITE-002", "a suite row's bytes went over another device than asked (misrouted)",
+          "route the peer's address over the device asked for (ip route get PEER), or ask for the device that "
+          "carries it; the evidence names the carriers"),
+    Fault("FS-SUITE-003", "a suite row's path could not be verified",
+          "ask for a device (`device = \"NAME\"` in the options) whose counters this host can read"),
+    Fault("FS-COLL-001", "a collective returned a wrong element (the engine's exit 12)",
+          "the evidence names the rank, element, expected and got: suspect the MPI library's algorithm "
+          "(try another: OMPI_MCA_coll_tuned_*_algorithm) or the fabric's data integrity; rerun with --datatype int32"),
+    Fault("FS-COLL-002", "a collective's bandwidth below the scenario's bound",
+          "compare busbw with the slowest link's rate (fraction_of_ceiling), check the ranks' placement (--ppn) "
+          "and the MPI transport the record names"),
+    Fault("FS-LOAD-001", "loss under load: the senders retransmitted, or a netdev dropped",
+          "deepen the congested port's queue or turn on ECN (and DCQCN / PFC for RDMA); the evidence names the "
+          "hot spot"),
+    Fault("FS-LOAD-002", "unfair or starved flows under load",
+          "look for a flow on a slower path or a shallow queue at the bottleneck; more flows per pair (--flows) "
+          "evens TCP out"),
+    Fault("FS-LOAD-003", "the victim pair is slower under the load",
+          "isolate the victim's traffic (another traffic class or rail), or shallower queues with ECN"),
+    Fault("FS-LOAD-004", "the rails are not shared evenly (imbalance or a slow rail)",
+          "check the multipath hash (fib_multipath_hash_policy) and the slow rail's link"),
+    Fault("FS-LOAD-005", "congestion signals under load (ECN marks, RDMA congestion counters, pause frames)",
+          "expected under incast with ECN/DCQCN; if the rates collapse, tune the marking thresholds"),
+    Fault("FS-LOAD-006", "the load carried less than the scenario's bound",
+          "compare the total with the bottleneck's rate; check the bottleneck's link speed and shaping"),
     Fault("FS-BASE-001", "the baseline was made on another configuration",
           "compare like with like: make a baseline on this configuration, or undo the change named"),
 )}

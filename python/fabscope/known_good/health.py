@@ -132,7 +132,7 @@ def _rdma_loopback(node: str) -> list[Judgement]:
 
 def _error_counters() -> dict[str, int]:
     """Every error counter of every port, from the engine's counter dump (its one reader)."""
-    from ..engine import engine_path
+    from ..launch.engine import engine_path
 
     proc = subprocess.run([str(engine_path()), "--counters-json"], capture_output=True, text=True, timeout=10)
     if proc.returncode != 0:

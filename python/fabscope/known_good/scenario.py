@@ -10,7 +10,7 @@ anything runs.
 
     [[checks]]
     name = "lat"
-    kind = "run"                        # doctor | run
+    kind = "run"                        # doctor | run | matrix | suite | collective | load
     loopback = true                     # or: peer = "node2:18515"
     repeat = 3                          # runs of this check (a baseline call needs >= 2)
     options = { backend = "tcp", op = "send", pattern = "lat", sizes = "8" }
@@ -27,10 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EXIT_USAGE, FabscopeError
+from ..load.patterns import PATTERNS as LOAD_PATTERNS
 from . import expectations
 from .expectations import Expectation, ExpectationError
 
-KINDS = ("doctor", "run", "matrix")
+KINDS = ("doctor", "run", "matrix", "suite", "collective", "load")
+# Kinds that run on the scenario's hosts under its launcher (collective and suite: or on loopback).
+ON_HOSTS = ("matrix", "load")
 LAUNCHERS = ("mpirun", "srun")
 _DURATION = re.compile(r"^(\d+)([mhd])$")
 _SECONDS = {"m": 60, "h": 3600, "d": 86400}
@@ -47,11 +50,12 @@ TOP_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
 }
 CHECK_KEYS: dict[str, tuple[type | tuple[type, ...], str]] = {
     "name": (str, "the check's name (unique)"),
-    "kind": (str, "doctor, run or matrix"),
-    "loopback": (bool, "run: both engines on this host"),
-    "peer": (str, "run: HOST[:PORT] of a `fabscope serve`"),
+    "kind": (str, "doctor, run, matrix, suite, collective or load"),
+    "loopback": (bool, "run, suite, collective: on this host alone"),
+    "peer": (str, "run, suite: HOST[:PORT] of a `fabscope serve`"),
     "repeat": (int, "run: how many runs (1 to 20)"),
-    "options": (dict, "run, matrix: their options, e.g. { backend = \"tcp\", sizes = \"8\" }"),
+    "options": (dict, "run, matrix, suite, collective, load: their options, e.g. { backend = \"tcp\", sizes = \"8\" }"),
+    "rows": (list, "suite: the rows whose figures are judged, by \"backend [op [pattern]]\" (default every row)"),
     "only": (list, "doctor: only these doctor checks or areas (memlock, ports.mtu, gid, ucx, cpu.numa, ...)"),
     "expect": (list, "expectations whose violation fails"),
     "warn": (list, "expectations whose violation warns"),
@@ -70,6 +74,7 @@ class CheckSpec:
     expectations: tuple[Expectation, ...] = ()
     options_line: int = 0  # where the options are (an option `fabscope run` refuses points there)
     only: tuple[str, ...] = ()  # doctor: the doctor checks to run (names), none = all
+    rows: tuple[str, ...] = ()  # suite: the rows whose figures are judged ("backend [op [pattern]]"), none = all
 
     def figures(self) -> dict[str, str]:
         return figures_of(self.kind, self.options)
@@ -113,6 +118,12 @@ def figures_of(kind: str, options: dict[str, str]) -> dict[str, str]:
         return dict(expectations.DOCTOR_FIGURES)
     if kind == "matrix":
         return dict(expectations.MATRIX_FIGURES)
+    if kind == "suite":
+        return dict(expectations.SUITE_FIGURES)
+    if kind == "collective":
+        return dict(expectations.COLLECTIVE_FIGURES)
+    if kind == "load":
+        return dict(expectations.LOAD_FIGURES)
     pattern = options.get("pattern", "lat")
     return dict(expectations.RUN_LATENCY_FIGURES if pattern == "lat" else expectations.RUN_BANDWIDTH_FIGURES)
 
@@ -188,9 +199,13 @@ def load(path: Path) -> Scenario:
         raise _err(path, 1, "no [[checks]]: a scenario states at least one check")
     checks = tuple(_check(path, i, c, where) for i, c in enumerate(raw_checks))
     for c in checks:
-        if c.kind == "matrix" and len(hosts) < 2:
-            raise _err(path, c.line, f"check {c.name!r}: a matrix needs the scenario's hosts (hosts or hostfile, "
-                                     f"at least 2; got {len(hosts)})")
+        if (c.kind in ON_HOSTS or (c.kind == "collective" and not c.loopback)) and len(hosts) < 2:
+            raise _err(path, c.line, f"check {c.name!r}: a {c.kind} needs the scenario's hosts (hosts or "
+                                     f"hostfile, at least 2; got {len(hosts)})"
+                                     + ("; or say loopback = true" if c.kind == "collective" else ""))
+        if c.kind == "suite" and not (c.loopback or c.peer) and len(hosts) != 2:
+            raise _err(path, c.line, f"check {c.name!r}: a suite check runs with loopback = true, against peer = "
+                                     f"\"HOST\", or between the scenario's two hosts (got {len(hosts)} hosts)")
     seen: set[str] = set()
     for c in checks:
         if c.name in seen:
@@ -246,10 +261,19 @@ def _check(path: Path, index: int, raw: Any, where: _Lines) -> CheckSpec:
             raise _err(path, line, f"{label}: a run check says where it runs: loopback = true, or peer = \"HOST\"")
         if not 1 <= repeat <= 20:
             raise _err(path, where.key("repeat", index), f"repeat = {repeat} {label}: expected 1 to 20")
-    elif kind == "matrix":
-        extra = [k for k in ("loopback", "peer", "repeat") if k in raw]
+    elif kind in ("matrix", "load", "collective", "suite"):
+        allowed = {"collective": ("loopback",), "suite": ("loopback", "peer")}.get(kind, ())
+        extra = [k for k in ("loopback", "peer", "repeat") if k in raw and k not in allowed]
         if extra:
-            raise _err(path, where.key(extra[0], index), f"{extra[0]} {label}: a matrix runs on the scenario's hosts")
+            raise _err(path, where.key(extra[0], index), f"{extra[0]} {label}: a {kind} check runs once "
+                                                         + ("on the scenario's hosts" if not allowed else
+                                                            f"(it takes {' or '.join(allowed)})"))
+        if kind == "suite" and loopback and peer is not None:
+            raise _err(path, where.key("peer", index), f"peer {label}: the loopback suite has no peer; drop one")
+        if kind == "load" and options.get("pattern") not in LOAD_PATTERNS:
+            raise _err(path, where.key("pattern", index) if "pattern" in options else line,
+                       f"options.pattern = {options.get('pattern')!r} {label}: a load check names its pattern, one "
+                       f"of {', '.join(LOAD_PATTERNS)}")
     else:
         extra = [k for k in ("loopback", "peer", "repeat", "options") if k in raw]
         if extra:
@@ -257,6 +281,20 @@ def _check(path: Path, index: int, raw: Any, where: _Lines) -> CheckSpec:
     only = _doctor_checks(path, where.key("only", index), label, raw.get("only", [])) if kind == "doctor" else ()
     if kind != "doctor" and "only" in raw:
         raise _err(path, where.key("only", index), f"only {label}: applies only to kind = \"doctor\"")
+    rows = raw.get("rows", [])
+    if rows and kind != "suite":
+        raise _err(path, where.key("rows", index), f"rows {label}: applies only to kind = \"suite\"")
+    if not all(isinstance(r, str) and r.split() for r in rows):
+        raise _err(path, where.key("rows", index), f"rows = {rows!r} {label}: each is \"backend [op [pattern]]\", "
+                                                   "e.g. \"tcp\", \"ucx tag lat\"")
+    if rows:
+        from ..engine import known_backends
+
+        known = [b.name for b in known_backends()]
+        for r in rows:
+            if r.split()[0] not in known:
+                raise _err(path, where.key("rows", index), f"rows: {r!r} {label} does not start with a backend "
+                                                           f"(known: {', '.join(known)})")
     figures = figures_of(kind, options)
     exps: list[Expectation] = []
     for level in ("expect", "warn"):
@@ -268,8 +306,12 @@ def _check(path: Path, index: int, raw: Any, where: _Lines) -> CheckSpec:
                 exps.append(expectations.parse(text, level, at, figures))
             except ExpectationError as exc:
                 raise _err(path, at, f"{exc} ({label})") from exc
+            if kind != "run" and isinstance(exps[-1].rule, expectations.Relative):
+                raise _err(path, at, f"{text!r} {label}: a baseline judges the figures of run checks only; bound "
+                                     f"a {kind} check's figures by a number")
     return CheckSpec(str(raw["name"]), kind, line, loopback, peer, int(repeat), options, tuple(exps),
-                     where.key("options", index) if "options" in raw else line, only)
+                     where.key("options", index) if "options" in raw else line, only,
+                     tuple(" ".join(str(r).split()) for r in rows))
 
 
 def _doctor_checks(path: Path, line: int, label: str, only: list[Any]) -> tuple[str, ...]:

@@ -25,14 +25,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import FabscopeError
-from ..runner import read_line_within, stop_process_group, stream_client
+from ..launch.runner import read_line_within, stop_process_group, stream_client
 
 Send = Callable[[dict[str, Any]], None]
 Recv = Callable[[float], dict[str, Any]]
 
 
 def _engine(mode: list[str], args: list[str], timeout_s: float) -> list[str]:
-    from ..engine import engine_path
+    from ..launch.engine import engine_path
 
     return [str(engine_path()), *mode, "--timeout", f"{timeout_s:g}", *args, "--format", "json"]
 

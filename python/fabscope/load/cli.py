@@ -90,7 +90,7 @@ def check_load(ns: argparse.Namespace) -> None:
         raise FabscopeError("--token-file applies only to --launcher external: drop it", EXIT_USAGE)
     if ns.launcher == "external" and (ns.token_file is None or not ns.coordinator or ":" not in ns.coordinator):
         raise FabscopeError("--launcher external: give --coordinator ADDR:PORT and --token-file FILE", EXIT_USAGE)
-    from ..engine import validate_args
+    from ..launch.engine import validate_args
 
     local = [a for a in engine_args(ns, "load") if not a.startswith("--device=")]
     validate_args(local)
@@ -101,7 +101,7 @@ def check_load(ns: argparse.Namespace) -> None:
 
 def engine_args(ns: argparse.Namespace, role: str) -> list[str]:
     """The engine's arguments for one role: the options given, the pattern, and the same duration for all."""
-    from ..plan import argv_of, options_given
+    from ..launch.plan import argv_of, options_given
 
     given = dict(options_given(ns))
     duration = float(given.pop("duration", DEFAULT_DURATION_S))

@@ -12,7 +12,7 @@
 - ``ecn``: segments TCP delivered with a CE mark (TCP_INFO tcpi_delivered_ce of the senders): the
   fabric signalled congestion without dropping;
 - ``rdma-congestion`` / ``pause``: the RDMA ports' congestion counters (ECN-marked packets, CNPs:
-  explain.py's list) and the drivers' pause/PFC counters that moved, per host;
+  explain/packets.py's list) and the drivers' pause/PFC counters that moved, per host;
 - ``victim``: the victim pair's p99 (or p50) slowed by the load beyond its interval, and its path
   crosses the hot port (the bottleneck's host is one of the pair): the fabric slowed it;
 - ``victim-host``: slowed as much, its path clear of the hot port, and its engines ran on the same

@@ -10,7 +10,7 @@ every (sender, receiver) pair of the pattern, as iperf3 -P does on one pair.
 - permutation: a random derangement (seeded, in the output): every host sends to one and receives
   from one, all at once.
 
-The limits come from ``serve_policy.Limits`` (the one owner of what one host accepts): a pair may
+The limits come from ``serve.policy.Limits`` (the one owner of what one host accepts): a pair may
 have at most ``max_connections_per_source`` flows and a host at most ``max_connections`` incoming.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import EXIT_USAGE, FabscopeError
-from ..serve_policy import Limits
+from ..serve.policy import Limits
 
 PATTERNS = ("incast", "fanout", "alltoall", "permutation")
 MIN_HOSTS = {"incast": 2, "fanout": 2, "alltoall": 2, "permutation": 2}

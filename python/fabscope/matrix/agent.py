@@ -31,10 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, auth, control
-from ..engine import engine_path
+from .. import __version__
 from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
-from ..runner import read_line_within
+from ..launch.engine import engine_path
+from ..launch.runner import read_line_within
+from ..session import auth, control
 
 TOKEN_ENV = "FABSCOPE_MATRIX_TOKEN"
 # 2: the token is proved with auth.py's challenge-response (the coordinator greets with a nonce)
@@ -48,7 +49,7 @@ DEFAULT_IDLE_S = 600.0
 def read_token_file(path: Path, option: str = "--token-file") -> str:
     """The one-time token of a matrix run from a file (--launcher external): a regular file only its
     owner can read, as a key file; the first line, stripped."""
-    from ..auth import check_owner_only
+    from ..session.auth import check_owner_only
 
     check_owner_only(path, option, f"`fabscope matrix --launcher external --token-file {path}` creates it",
                      "join the matrix as an agent")
@@ -170,7 +171,7 @@ class Agent:
             self.send({"type": "done", "id": msg["id"], "rc": rc, "error": err if rc else None})
 
     def connect(self, msg: dict[str, Any]) -> None:
-        from ..runner import stream_client
+        from ..launch.runner import stream_client
 
         timeout_s = float(msg.get("timeout", 10))
         cmd = _engine(["--peer", str(msg["peer"])], list(msg.get("args") or []), timeout_s)
@@ -182,21 +183,27 @@ class Agent:
 def _connect_within(host: str, port: int, timeout_s: float) -> socket.socket:
     """The coordinator may not be up yet when a site's own starter runs the agents (or its host not
     yet reachable: no route while it boots): every failure but a name that does not resolve is tried
-    again until the deadline."""
+    again until the deadline. Each try (control.connect, itself retrying a refusal for up to 5 s) that
+    fails is said on stderr: one line every ~5 s while the coordinator is not up."""
     deadline = time.monotonic() + timeout_s
+    until = time.strftime("%H:%M:%S UTC", time.gmtime(time.time() + timeout_s))
     while True:
         try:
             return control.connect(host, port, max(0.5, min(5.0, deadline - time.monotonic())))
         except FabscopeError as exc:
             if isinstance(exc.__cause__, socket.gaierror):
                 raise
+            cause = exc.__cause__
+            why = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(exc)
             if time.monotonic() + 0.5 >= deadline:
-                cause = exc.__cause__
-                why = cause.strerror if isinstance(cause, OSError) and cause.strerror else str(exc)
                 raise FabscopeError(f"matrix-agent: could not reach the coordinator at {host}:{port} within "
                                     f"{timeout_s:g} s (--connect-timeout): {why}. Is `fabscope matrix` running "
                                     "there with that --coordinator, and is its port open to this host?",
                                     EXIT_PEER) from exc
+            refused = isinstance(cause, ConnectionRefusedError)
+            print(f"fabscope matrix-agent: coordinator {host}:{port} {'not listening' if refused else 'not reachable'} "
+                  f"yet ({why}); trying again until {until} (--connect-timeout {timeout_s:g} s)",
+                  file=sys.stderr, flush=True)
             time.sleep(0.5)
 
 

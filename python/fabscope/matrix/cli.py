@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import argtypes, plan
+from .. import argtypes
 from ..errors import EXIT_USAGE, FabscopeError
+from ..launch import plan
 from . import schedule as schedmod
 
 PATTERNS = ("lat", "bw", "bibw")
@@ -152,12 +153,12 @@ def check_matrix(ns: argparse.Namespace) -> None:
     if backend != "mpi" and (ns.mca or ns.env):
         raise FabscopeError(f"--mca/--env apply only to --backend mpi, but this matrix is --backend {backend}: "
                             "drop them, or add --backend mpi", EXIT_USAGE)
-    from ..engine import validate_args
+    from ..launch.engine import validate_args
 
     binary = None
     if backend == "mpi":
-        from ..mpi_params import check_names
-        from ..mpirun import find_mpi_engine
+        from ..launch.mpi_params import check_names
+        from ..launch.mpirun import find_mpi_engine
 
         check_names(ns.mpi, (k for k, _ in ns.mca or []), (k for k, _ in ns.env or []))  # MPI ignores unknown ones
         try:
@@ -181,7 +182,7 @@ def _check_external(ns: argparse.Namespace, backend: str) -> None:
     if backend == "mpi":
         raise FabscopeError("--launcher external --backend mpi: each MPI pair is a job of its own launcher; "
                             "use --launcher mpirun or srun", EXIT_USAGE)
-    from .. import control
+    from ..session import control
 
     port = 0
     if ns.coordinator:

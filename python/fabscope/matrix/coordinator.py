@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import auth, control
 from ..errors import EXIT_PEER, FabscopeError
+from ..session import auth, control
 from .agent import AGENT_PROTO, AGENT_SERVICE
 
 HELLO_DEADLINE_S = 5.0

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import EXIT_USAGE, FabscopeError
-from ..plan import RunPlan
+from ..launch.plan import RunPlan
 from ..results import RecordError, Result, parse_record
 from ..results.matrix import Measurement
 from .coordinator import AgentConn
@@ -171,7 +171,7 @@ class MpiMeasurer:
         return measure_concurrently(self.job, jobs, round_no)
 
     def job(self, job: Job, round_no: int) -> Measurement:
-        from .. import plan as planmod
+        from ..launch import plan as planmod
 
         src, dst, pattern, phase = job
         launch = self.plan.where

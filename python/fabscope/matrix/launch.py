@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
-from ..mpirun import REQUEST_ENV_PREFIXES
+from ..launch.mpirun import REQUEST_ENV_PREFIXES
 from .agent import TOKEN_ENV
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class Launched:
 
     def stop(self, grace_s: float = 10.0) -> int:
         """Wait for the launcher (the agents were told bye); stop its process group if it lingers."""
-        from ..runner import stop_process_group
+        from ..launch.runner import stop_process_group
 
         try:
             return self.proc.wait(timeout=grace_s)
@@ -138,7 +138,7 @@ def agents_on(ns: argparse.Namespace, hosts: list[str], command: str, need: int)
     from .coordinator import Coordinator
 
     if ns.coordinator:
-        from .. import control
+        from ..session import control
 
         bind, port = control.split_hostport(ns.coordinator, 0)
         advertise = bind

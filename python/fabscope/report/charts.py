@@ -165,7 +165,7 @@ class ComparisonRow:
     carried_by: str
     path: str
     expected_pct: float | None = None  # 1 MiB bandwidth against its explanation's expected ceiling
-    causes_seen: tuple[str, ...] = ()  # the causes seen in any of the row's results (results/explain.py)
+    causes_seen: tuple[str, ...] = ()  # the causes seen in any of the row's results (results/explain/)
     why: tuple[str, ...] = ()  # their lines, "why (LABEL PATTERN SIZE B): cause: ..." (report.render)
 
     @property

@@ -47,13 +47,16 @@ def _groups(results: Sequence[CollectiveResult]) -> list[list[CollectiveResult]]
 
 
 def path_lines(r: CollectiveResult) -> list[str]:
-    """The expected ceiling and the path verdict of one size, the latter said per host where it is
-    not verified."""
+    """The expected ceiling, the hosts that held the collective back (when any did) and the path
+    verdict of one size, the latter said per host where it is not verified."""
     ceiling, basis = r.ceiling()
     out = []
     if r.pattern != "barrier" and len(r.hosts) > 1:
         out.append(f"# expected {r.size} B: busbw up to {ceiling:.3f} Gb/s ({basis}); reached "
                    f"{(r.fraction or 0) * 100:.1f} %" if ceiling else f"# expected {r.size} B: unknown ({basis})")
+    held, why = r.held_back()
+    if held:
+        out.append(f"# held back {r.size} B by {', '.join(held)}: {why}")
     verdict = r.path_verdict
     if verdict == "unverified":
         return out
@@ -64,7 +67,19 @@ def path_lines(r: CollectiveResult) -> list[str]:
             out.append(f"#   {p.host}: {p.device} counted {p.counted_bytes if p.counted_bytes is not None else 'nothing'}"
                        f" B {p.direction}, the algorithm must move at least {p.required_bytes} B there; "
                        f"{p.direction} by device: {where or 'none'}")
+    if verdict == "misrouted":
+        reasons = r.route_reasons()
+        out += [f"# why: route: {reason}; fix: {fix}" for reason, fix in reasons] or [
+            "# why: route: the library's report in the record names no setting that chose it"]
     return out
+
+
+def placement_lines(r: CollectiveResult) -> list[str]:
+    """Where each rank ran (its CPU, per host), and any oversubscription the engine stated."""
+    cpus = r.rank_cpus()
+    out = [f"# placement (--cpu {r.cpu_asked}): " + ", ".join(
+        f"rank {rank} {host} CPU {cpu if cpu is not None else 'not pinned'}" for rank, host, cpu, _ in cpus)] if cpus else []
+    return out + [f"# oversubscribed: {said}" for said in r.oversubscribed]
 
 
 def render_text(results: Sequence[CollectiveResult]) -> str:
@@ -72,6 +87,7 @@ def render_text(results: Sequence[CollectiveResult]) -> str:
     for group in _groups(results):
         lines.append(_title(group[0]))
         lines += aligned(COLUMNS, [_row(r) for r in group], right=range(0, len(COLUMNS) - 2))
+        lines += placement_lines(group[0])
         for r in group:
             lines += path_lines(r)
     return "\n".join(lines) + "\n" if lines else ""

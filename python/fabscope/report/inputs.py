@@ -8,20 +8,16 @@ read is an error naming the file and line, never skipped in silence.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..errors import EXIT_USAGE, FabscopeError
-from ..results import RecordError, Result, parse_record
+from ..results import Result, parse_record
+from ..results.files import read_result_file
 from ..results.matrix import MatrixRun
 from ..results.suite import SuiteSummary
 
-RESULT_PREFIX = "fabscope.result/"
-MATRIX_PREFIX = "fabscope.matrix/"
-SUITE_PREFIX = "fabscope.suite/"
 SUFFIXES = (".jsonl", ".json")
 
 
@@ -35,60 +31,11 @@ class Inputs:
     stored: list[str] = field(default_factory=list)  # the names given that were stored runs
 
 
-def _objects(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise FabscopeError(f"{path}: not a text file (byte {exc.start} is not UTF-8); give the JSON lines that "
-                            "`fabscope run --format json` and `fabscope suite` write", EXIT_USAGE) from exc
-    except OSError as exc:
-        raise FabscopeError(f"{path}: cannot read it: {exc.strerror}", EXIT_USAGE) from exc
-    stripped = text.lstrip()
-    if stripped.startswith("{") and "\n{" not in stripped:
-        try:  # one (possibly pretty-printed) object: a matrix, a suite summary, one record
-            whole = json.loads(stripped)
-            return [(1, whole)] if isinstance(whole, dict) else []
-        except ValueError:
-            pass
-    out: list[tuple[int, dict[str, Any]]] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise FabscopeError(f"{path}:{number}: not a JSON line ({exc.msg}); report reads the JSON lines that "
-                                "`fabscope run --format json` and `fabscope suite` write", EXIT_USAGE) from exc
-        if not isinstance(obj, dict):
-            raise FabscopeError(f"{path}:{number}: expected a JSON object, found {type(obj).__name__}", EXIT_USAGE)
-        out.append((number, obj))
-    return out
-
-
 def _add(inputs: Inputs, path: Path) -> None:
-    for number, obj in _objects(path):
-        schema = str(obj.get("schema", ""))
-        if schema.startswith(RESULT_PREFIX):
-            try:  # shown as it was judged when it ran (its own path verdict)
-                inputs.records.append(parse_record(obj, judge_path=False))
-            except RecordError as exc:
-                raise FabscopeError(f"{path}:{number}: {exc}", EXIT_USAGE) from exc
-        elif schema.startswith(MATRIX_PREFIX):
-            try:
-                inputs.matrices.append(MatrixRun.parse(obj))
-            except RecordError as exc:
-                raise FabscopeError(f"{path}:{number}: {exc}", EXIT_USAGE) from exc
-        elif schema.startswith(SUITE_PREFIX):
-            try:
-                inputs.suites.append(SuiteSummary.parse(obj))
-            except RecordError as exc:
-                raise FabscopeError(f"{path}:{number}: {exc}", EXIT_USAGE) from exc
-        elif schema.startswith("fabscope.error/"):
-            continue  # a run's final error line: the results before it still count
-        else:
-            raise FabscopeError(
-                f"{path}:{number}: schema {schema or '(none)'!r} is not a fabscope result, matrix or suite "
-                f"({RESULT_PREFIX}1, {MATRIX_PREFIX}1, {SUITE_PREFIX}1)", EXIT_USAGE)
+    got = read_result_file(path)
+    inputs.records += got.records
+    inputs.matrices += got.matrices
+    inputs.suites += got.suites
     inputs.sources.append(str(path))
     inputs.files.append(path)
 

@@ -96,7 +96,7 @@ def no_effect_lines(results: Sequence[Result]) -> list[str]:
 
 
 def why_lines(results: Sequence[Result]) -> list[str]:
-    """``# why:`` lines: each seen cause of each size (results/explain.py decides); when no size has
+    """``# why:`` lines: each seen cause of each size (results/explain/ decides); when no size has
     one, a single line with the count of checks (one line, not one per size)."""
     explained = [r for r in results if r.explanation is not None]
     many = len({r.size for r in explained}) > 1
@@ -113,7 +113,7 @@ def why_lines(results: Sequence[Result]) -> list[str]:
 
 def expected_lines(results: Sequence[Result]) -> list[str]:
     """``# expected:`` lines of latency results whose reference was looked up in the history
-    (`fabscope run`; results/explain.py words it): one per size, or one for all when they say the
+    (`fabscope run`; results/explain/ words it): one per size, or one for all when they say the
     same (no earlier run of any of them)."""
     lines = [(r.size, r.explanation.expected_line()) for r in results
              if r.explanation is not None and r.explanation.reference_sought]

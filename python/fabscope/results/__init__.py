@@ -17,6 +17,7 @@ re-derives a field from the raw dict.
 from .counters import Counters, CounterSide, DeviceCounters, TcpSockets
 from .errors import RecordError
 from .explain import Cause, Explanation, explain
+from .files import load_file
 from .histogram import Histogram
 from .model import (
     RESULT_SCHEMA,
@@ -28,8 +29,6 @@ from .model import (
     PathVerdict,
     Result,
     TransportSummary,
-    load_file,
-    load_results,
     parse_record,
 )
 from .pathsides import DeviceBytes, PathSide, path_sides
@@ -56,7 +55,6 @@ __all__ = [
     "TransportSummary",
     "explain",
     "load_file",
-    "load_results",
     "parse_record",
     "path_sides",
 ]

@@ -10,12 +10,14 @@ link's rate whatever the operation and the number of ranks."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .deltas import counter_deltas
 from .errors import RecordError
+from .misroute import collective_route_reasons
 
 COLLECTIVE_SCHEMA = "fabscope.collective/1"
 
@@ -29,6 +31,12 @@ BUS_FACTORS: Mapping[str, Callable[[int], float]] = {
     "bcast": lambda n: 1.0,
 }
 COLLECTIVE_PATTERNS = (*BUS_FACTORS, "barrier")
+
+# A host held the collective back when its slower-of-best receive in the engine's host probe
+# (`host_probe`: 1 MiB from each ring neighbour, both ways) took at least this many times the other
+# hosts' median: a slow link shows as a large factor (10x shaped on the netns testbed gave 7x),
+# a clean testbed on this shared machine stays under 1.5x.
+HELD_BACK_FACTOR = 3.0
 
 
 def is_collective(pattern: str) -> bool:
@@ -169,6 +177,64 @@ class CollectiveResult:
             out.append(HostPath(host, ranks, device, direction, need * self.iterations, counted, carriers))
         return out
 
+    def rank_cpus(self) -> list[tuple[int, str, int | None, str]]:
+        """Where each rank ran (the engine's rank_placement, --cpu as a pair's engine is placed):
+        (rank, host, CPU or None when not pinned, how it was chosen)."""
+        out = []
+        for e in self.raw.get("rank_placement") or []:
+            if isinstance(e, dict):
+                cpu = e.get("cpu")
+                out.append((int(e.get("rank", -1)), str(e.get("host", "")), int(cpu) if isinstance(cpu, (int, float))
+                            else None, str(e.get("how", ""))))
+        return out
+
+    @property
+    def cpu_asked(self) -> str | None:
+        """--cpu as the ranks were given it (auto unless the user said), or None without placement."""
+        entries = self.raw.get("rank_placement")
+        first = entries[0] if isinstance(entries, list) and entries else None
+        return str(first.get("asked")) if isinstance(first, dict) else None
+
+    @property
+    def oversubscribed(self) -> list[str]:
+        """The engine's statements of ranks sharing a machine's CPUs ([] when each has its own)."""
+        said = self.raw.get("oversubscribed")
+        return [str(x) for x in said] if isinstance(said, list) else []
+
+    def held_back(self) -> tuple[list[str], str]:
+        """The hosts that held the collective back, with what that rests on: from the engine's host
+        probe, each host's receive from its ring neighbours both ways (a host whose link is slow
+        receives slowly from both; its neighbours only from it); the rank that was last most often
+        is said beside it, not used: in a ring or pipeline it is the one *after* the slow host.
+        [] when nobody stands out, or it cannot be told (one host; two hosts: a slow host and a
+        slow link between them look the same)."""
+        if len(self.hosts) < 2:
+            return [], "every rank on one host"
+        probe = self.raw.get("host_probe")
+        entries = probe.get("hosts") if isinstance(probe, dict) else None
+        if not isinstance(probe, dict) or not isinstance(entries, list) or not entries:
+            return [], "no host probe in the record"
+        both_ways: dict[str, float] = {}
+        for e in entries:
+            if isinstance(e, dict) and 0 <= int(e.get("rank", -1)) < len(self.rank_hosts):
+                both_ways[self.rank_hosts[int(e["rank"])]] = min(float(e["from_left_ns"]), float(e["from_right_ns"]))
+        if len(both_ways) < 3:
+            return [], "two hosts: a slow host cannot be told from a slow link between them"
+        last = f"the rank last most often: {self.last_rank} on {self.last_host} ({self.last_rank_times}/{self.iterations})"
+        named, said = [], []
+        for host, t in both_ways.items():
+            others = statistics.median(v for h, v in both_ways.items() if h != host)
+            if others > 0 and t >= HELD_BACK_FACTOR * others:
+                named.append(host)
+                said.append(f"{host} received the {probe.get('bytes')} B probe in {_ms(t)} or more both ways, "
+                            f"{t / others:.1f}x the other hosts' median {_ms(others)}")
+        if not named:
+            slowest = max(both_ways, key=lambda h: both_ways[h])
+            others = statistics.median(v for h, v in both_ways.items() if h != slowest)
+            return [], (f"no host stands out: the slowest both ways, {slowest}, {_ms(both_ways[slowest])} against the "
+                        f"others' median {_ms(others)} (named from {HELD_BACK_FACTOR:g}x); {last}")
+        return named, f"{'; '.join(said)}; {last}"
+
     def ceiling(self) -> tuple[float | None, str]:
         """The expected ceiling of busbw, Gbit/s: the slowest link in the communicator (the
         requested device's rate on every host that read it), with what it rests on; None with why
@@ -212,19 +278,45 @@ class CollectiveResult:
     def misrouted(self) -> bool:
         return self.path_verdict == "misrouted"
 
+    def route_reasons(self) -> list[tuple[str, str]]:
+        """(reason, fix) for each setting the job's transport shows chose the device that carried a
+        misrouted host's bytes (results/misroute.py, the pair run's reasons); [] when not misrouted."""
+        wrong = [p for p in self.host_paths() if p.required_bytes > 0 and not p.verified]
+        transport = self.raw.get("transport")
+        if not wrong or not isinstance(transport, dict):
+            return []
+        carried: dict[str, int] = {}
+        for p in wrong:
+            for name, moved in p.carriers.items():
+                if name != p.device:
+                    carried[name] = carried.get(name, 0) + moved
+        carrier = max(carried, key=lambda n: carried[n]) if carried else ""
+        asked = str(self.raw.get("requested_device") or "") or wrong[0].device
+        rdma = any(wrong[0].device in (e.get("counters") or {}).get("rdma", {})
+                   for e in self.raw.get("host_counters") or [] if isinstance(e, dict))
+        return collective_route_reasons(transport, asked, rdma or ":" in asked, carrier)
+
     def figures(self) -> dict[str, Any]:
         """What this module derives, added to the record as ``figures`` (JSON output)."""
         ceiling, basis = self.ceiling()
+        held, held_basis = self.held_back()
         return {"algbw_gbps": self.algbw_gbps, "busbw_gbps": self.busbw_gbps, "bus_factor": self.bus_factor,
                 "last_rank_host": self.last_host, "expected_gbps": ceiling, "expected_basis": basis,
-                "fraction": self.fraction}
+                "fraction": self.fraction, "held_back_by": held, "held_back_basis": held_basis}
 
     def path(self) -> dict[str, Any]:
+        """The path verdict, per host, and for a misrouted one why (``why``: each reason with its fix,
+        as a pair run's ``route`` cause words them)."""
         return {"verdict": self.path_verdict, "requested": self.requested_device,
-                "misrouted_hosts": self.misrouted_hosts, "hosts": [p.as_dict() for p in self.host_paths()]}
+                "misrouted_hosts": self.misrouted_hosts, "hosts": [p.as_dict() for p in self.host_paths()],
+                "why": [{"reason": reason, "fix": fix} for reason, fix in self.route_reasons()]}
 
     def to_json(self) -> dict[str, Any]:
         return {**self.raw, "figures": self.figures(), "path": self.path()}
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms"
 
 
 def _number(obj: Mapping[str, Any], key: str, where: str = "") -> float:

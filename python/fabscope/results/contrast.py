@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The causes that differ between two sides of a comparison (issue 20, `fabscope compare`).
 
-``explain.py`` decides each cause of one record; this module only sets the explanations of A's
+``explain/`` decides each cause of one record; this module only sets the explanations of A's
 runs (the baseline) beside B's (the current side) for one case: a cause seen in some run of one
 side and in no run of the other differs, and is shown with the evidence, cost and fix of the side
 that saw it (its first run that did) and the other side's own check of it (clear, or unchecked and

@@ -6,18 +6,23 @@ of the phase (TCP_INFO ``rtt_us``) is compared with the lowest the connection sa
 the handshake, or a quiet moment; the path without queues) and with the receiver's own estimate.
 Far above the floor, the difference is time spent waiting in a queue on the way: a shaper or a
 slower hop with a deep buffer (delay without loss), or a congested reverse path holding the ACKs.
-Where the round trip is not reported (RDMA and library transports), the cause is unchecked, and says
-so.
+Where the history holds clean runs of the same case (same hosts, backend, op, pattern, size, carrier;
+fabscope/reference.py finds them: ``find_delay_reference``), the round trip is also read against what
+the path showed on those runs (``DelayReference``), and the evidence says so ("against 24 us on this
+path's last 3 clean runs"). Where the round trip is not reported (RDMA and library transports), the
+cause is unchecked, and says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from ..untyped import count_at, member
 
-__all__ = ["DELAY_COST", "DELAY_FIX", "DELAY_MIN_QUEUE_US", "DELAY_RATIO", "judge_delay"]
+__all__ = ["DELAY_CLEAN_OF", "DELAY_COST", "DELAY_FIX", "DELAY_MIN_QUEUE_US", "DELAY_RATIO", "DELAY_REFERENCE_RUNS",
+           "DelayReference", "judge_delay"]
 
 # Named from this factor over the path's own floor AND this much queueing. Measured on the shared
 # 2-CPU build machine under load: a clean netns veth stream 4,907 us against a 6 us floor (the
@@ -27,6 +32,12 @@ __all__ = ["DELAY_COST", "DELAY_FIX", "DELAY_MIN_QUEUE_US", "DELAY_RATIO", "judg
 DELAY_RATIO = 10.0
 DELAY_MIN_QUEUE_US = 10_000
 
+# The round trip of a case's clean runs is the median over at most this many of its newest clean runs;
+# a clean run is one whose bytes took the device asked for and that named none of these causes (the
+# ones that read the path: a queue, loss, a link event, another route).
+DELAY_REFERENCE_RUNS = 5
+DELAY_CLEAN_OF = ("delay", "retransmission", "link", "route")
+
 DELAY_COST = ("rate <= window / round trip: each multiple of the round trip divides what the same window "
               "carries by as much")
 DELAY_FIX = ("find the queue: `tc -s qdisc show dev DEV` on each hop of the path (backlog, overlimits) and the "
@@ -34,14 +45,50 @@ DELAY_FIX = ("find the queue: `tc -s qdisc show dev DEV` on each hop of the path
              "or remove the shaper; a congested reverse path delays the ACKs as much (check the other direction)")
 
 
-def _us(x: int) -> str:
-    return f"{x:,}"
+def _us(x: float) -> str:
+    return f"{round(x):,}"
 
 
-def judge_delay(rec: Mapping[str, Any], senders: list[str]) -> tuple[str, str]:
+@dataclass(frozen=True)
+class DelayReference:
+    """What the path showed on clean runs of the same case in the history (fabscope/reference.py
+    finds them): each sender's ("local", "peer") median round trip at the end of those runs, and the
+    runs it was taken from (newest first)."""
+
+    rtt_us: dict[str, float]
+    run_ids: tuple[int, ...]
+
+    def text(self) -> str:
+        n = len(self.run_ids)
+        ids = ", ".join(map(str, self.run_ids))
+        return (f"this path's last {n} clean run{'s' if n != 1 else ''} of this case "
+                f"(run{'s' if n != 1 else ''} {ids}{', median' if n > 1 else ''})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rtt_us": dict(self.rtt_us), "run_ids": list(self.run_ids)}
+
+    @classmethod
+    def parse(cls, obj: object) -> DelayReference | None:
+        """A stored record's delay reference (``explanation.delay_reference``); None where there is none."""
+        if not isinstance(obj, dict):
+            return None
+        rtt, ids = obj.get("rtt_us"), obj.get("run_ids")
+        if not (isinstance(rtt, dict) and rtt and isinstance(ids, list) and ids
+                and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
+                and all(k in ("local", "peer") and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                        for k, v in rtt.items())):
+            return None
+        return cls(rtt_us={str(k): float(v) for k, v in rtt.items()}, run_ids=tuple(ids))
+
+
+def _queued(rtt: int, base: float) -> bool:
+    return base > 0 and rtt >= DELAY_RATIO * base and rtt - base >= DELAY_MIN_QUEUE_US
+
+
+def judge_delay(rec: Mapping[str, Any], senders: list[str], reference: DelayReference | None = None) -> tuple[str, str]:
     """(state, evidence) of the delay cause for a record whose senders are `senders` ("local",
-    "peer"): seen when a sender's round trip is DELAY_RATIO x its floor and DELAY_MIN_QUEUE_US
-    above it."""
+    "peer"): seen when a sender's round trip is DELAY_RATIO x, and DELAY_MIN_QUEUE_US above, the
+    round trip of the same case's clean runs (``reference``, from the history) or its own floor."""
     if rec.get("pattern") == "lat":
         return "clear", "a ping-pong keeps one message in flight: no queue builds on its path"
     tr = member(rec, "transport")
@@ -57,20 +104,30 @@ def judge_delay(rec: Mapping[str, Any], senders: list[str]) -> tuple[str, str]:
     for sender in senders:
         side = member(tr, sender)
         rtt, floor = count_at(side, "rtt_us"), count_at(side, "min_rtt_us")
-        if rtt is None or floor is None or floor <= 0:
+        clean = reference.rtt_us.get(sender) if reference is not None else None
+        floor = floor if floor is not None and floor > 0 else None
+        if rtt is None or (floor is None and clean is None):
             continue
         who = "the client" if sender == "local" else "the server"
         other = count_at(member(tr, "peer" if sender == "local" else "local"), "rtt_us")
-        fact = (f"{who}'s round trip {_us(rtt)} us at the end of the run against {_us(floor)} us at its lowest on this "
-                f"connection (TCP_INFO min_rtt: the path without queues)"
+        against = []
+        if clean is not None and reference is not None:
+            against.append(f"{_us(clean)} us on {reference.text()}")
+        if floor is not None:
+            against.append(f"{_us(floor)} us at its lowest on this connection (TCP_INFO min_rtt: the path without "
+                           "queues)")
+        fact = (f"{who}'s round trip {_us(rtt)} us at the end of the run against {' and '.join(against)}"
                 + (f", the receiver's own estimate {_us(other)} us" if other is not None else ""))
-        if rtt >= DELAY_RATIO * floor and rtt - floor >= DELAY_MIN_QUEUE_US:
-            window = f"; at {rate * 8 / 1e9:.3g} Gb/s that is ~{_us(round(rate * rtt / 1e6))} B in flight" if rate else ""
-            seen.append(f"{fact}: {_us(rtt - floor)} us of each round trip waited in a queue ({rtt / floor:.0f} x the "
-                        f"floor){window}; the same window over the {_us(floor)} us path would carry {rtt / floor:.0f} x "
-                        "as much (rate <= window / round trip)")
-        else:
+        # The clean runs' round trip first: what this path shows without the queue, on this host.
+        base, basis = next(((b, w) for b, w in ((clean, "the clean runs'"), (floor, "the floor"))
+                            if b is not None and _queued(rtt, b)), (None, ""))
+        if base is None:
             clear.append(fact)
+            continue
+        window = f"; at {rate * 8 / 1e9:.3g} Gb/s that is ~{_us(rate * rtt / 1e6)} B in flight" if rate else ""
+        seen.append(f"{fact}: {_us(rtt - base)} us of each round trip waited in a queue ({rtt / base:.0f} x {basis})"
+                    f"{window}; the same window over the {_us(base)} us path would carry {rtt / base:.0f} x as much "
+                    "(rate <= window / round trip)")
     if seen:
         return "seen", "; ".join(seen)
     if clear:

@@ -17,7 +17,10 @@ own choice in the record (the engine gathers, this decides):
   shows it), when that leaves by another netdev than the one asked for (a host route over a
   management interface).
 
-Each reason comes with its fix as a command line. The doctor reads the same Open MPI settings from
+Each reason comes with its fix as a command line. A collective (``results/collective.py``) asks the
+same library reasons of its job's transport (``collective_route_reasons``): the ranks share the MCA
+parameters and the launcher's environment; its record has no route to one peer, so the kernel's is
+not read there. The doctor reads the same Open MPI settings from
 the parameter file (doctor/openmpi.py); both word the pml exclusion with ``pml_exclusion_fix``.
 """
 
@@ -29,7 +32,7 @@ from typing import Any
 
 from ..untyped import member
 
-__all__ = ["PML_UCX_ANY", "device_matches", "pml_exclusion_fix", "route_reasons"]
+__all__ = ["PML_UCX_ANY", "collective_route_reasons", "device_matches", "pml_exclusion_fix", "route_reasons"]
 
 # Open MPI's UCX PML told to take any UCX transport and device (the fix the field notes give for
 # UCX #10049), as `fabscope run` / `suite` pass it.
@@ -124,6 +127,20 @@ def _openmpi(local: Mapping[str, Any], asked: str, asked_rdma: bool, carrier: st
         elif "tcp" in btls.split("+") and isinstance(exclude, str) and _device_name(asked) in exclude.split(","):
             out.append((f"btl_tcp_if_exclude = {exclude} ({_src(sources, 'btl_tcp_if_exclude')}) keeps btl tcp off "
                         f"{asked}", "`fabscope ... --mca btl_tcp_if_exclude=lo` (or drop the setting)"))
+        elif ("tcp" in btls.split("+") and not asked_rdma and not include and carrier
+              and carrier != _device_name(asked)):
+            # Nothing kept ob1's tcp btl to the netdev asked for: it uses every interface that reaches
+            # the peer (btl_tcp_if_exclude's, by default lo and docker*), and the bytes took `carrier`.
+            chose = f"pml = {pml_value} ({_src(sources, 'pml')})" if pml_value else "Open MPI's default"
+            ucx = env.get("UCX_NET_DEVICES")
+            no_effect = (f"; UCX_NET_DEVICES={ucx} (environment) had no effect: pml {pml} does not use UCX"
+                         if isinstance(ucx, str) and ucx else "")
+            excluded = f", btl_tcp_if_exclude = {exclude}" if isinstance(exclude, str) and exclude else ""
+            out.append((f"Open MPI ran pml {pml} ({chose}) with btl {btls}, and btl_tcp_if_include is not set"
+                        f"{excluded}: btl tcp sends over every interface that reaches the peer, here {carrier}, not "
+                        f"{asked}{no_effect}",
+                        f"`fabscope ... --device {_device_name(asked)}` (it sets btl_tcp_if_include={_device_name(asked)}; "
+                        f"mpirun: `--mca btl_tcp_if_include {_device_name(asked)}`)"))
     elif pml == "ucx":
         out += _ucx(member(local, "ucx"), env, asked, "pml ucx")
         devices = mca.get("pml_ucx_devices")
@@ -207,6 +224,33 @@ def _kernel_route(local: Mapping[str, Any], asked: str, carrier: str) -> list[tu
              f"address on {asked}'s network")]
 
 
+def _library_reasons(local: Mapping[str, Any], config: Mapping[str, Any], asked: str, asked_rdma: bool,
+                     carrier: str) -> list[tuple[str, str]]:
+    """(reason, fix) from what the library reported of its own choice (``local``: a transport side)."""
+    kind = local.get("kind")
+    if kind == "mpi" and "MPICH" in str(local.get("library") or "").upper():
+        return _mpich(local, asked)
+    if kind == "mpi":
+        return _openmpi(local, asked, asked_rdma, carrier)
+    if kind == "ucx":
+        return _ucx(local, {}, asked, "UCX")
+    if kind == "ofi":
+        return _ofi(local, config, asked)
+    return []
+
+
+def collective_route_reasons(transport: Mapping[str, Any], asked: str, asked_rdma: bool,
+                             carrier: str) -> list[tuple[str, str]]:
+    """(reason, fix) for a misrouted collective: the same library reasons as a pair run's, read from
+    the job's ``transport`` (what rank 0 described, the MCA parameters every rank shares) with the
+    environment the launcher gave the ranks (``transport.launcher.env``) under the rank's own;
+    ``asked_rdma``: the device asked for is an RDMA port; ``carrier``: the device that carried a
+    misrouted host's bytes."""
+    launcher_env = member(member(transport, "launcher"), "env")
+    local = {**transport, "environment": {**launcher_env, **member(transport, "environment")}}
+    return _library_reasons(local, {}, asked, asked_rdma, carrier)
+
+
 def route_reasons(rec: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(reason, fix) for each setting the record shows chose the device that carried a misrouted
     result's bytes; empty when the path is not misrouted or the library's report names none."""
@@ -219,14 +263,5 @@ def route_reasons(rec: Mapping[str, Any]) -> list[tuple[str, str]]:
     top = carriers[0] if isinstance(carriers, list) and carriers and isinstance(carriers[0], Mapping) else {}
     carrier = str(top.get("device") or "")
     asked_rdma = member(member(member(path, "sides"), "local"), "requested").get("kind") == "rdma" or ":" in asked
-    kind = local.get("kind")
-    out: list[tuple[str, str]] = []
-    if kind == "mpi" and "MPICH" in str(local.get("library") or "").upper():
-        out = _mpich(local, asked)
-    elif kind == "mpi":
-        out = _openmpi(local, asked, asked_rdma, carrier)
-    elif kind == "ucx":
-        out = _ucx(local, {}, asked, "UCX")
-    elif kind == "ofi":
-        out = _ofi(local, member(rec, "config"), asked)
-    return out + _kernel_route(local, asked, carrier)
+    return _library_reasons(local, member(rec, "config"), asked, asked_rdma, carrier) + _kernel_route(local, asked,
+                                                                                                      carrier)

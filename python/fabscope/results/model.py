@@ -5,7 +5,7 @@ Owns: the schema names and versions this front end reads, validation (a record t
 ``RecordError`` naming the field, never a partial row), the typed view of every field the front end
 uses, and the one place the path verdict is attached (``parse_record``). The raw dict is kept, so
 JSON export is lossless: ``Result.to_json()`` is the engine's record plus ``path`` and
-``explanation`` (results/explain.py).
+``explanation`` (results/explain/).
 
 Schema policy: every ``fabscope.result/N`` with N <= ``RESULT_VERSION`` is read (records saved by
 earlier releases stay readable; tests/fixtures/records holds real ones); fields added later are
@@ -14,17 +14,24 @@ optional (``latency_us.histogram`` arrived in 0.2 and is None in older records).
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from .counters import Counters
 from .cpushare import with_shared_cpu_warning
 from .errors import RecordError
-from .explain import BandwidthReference, Explanation, LatencyReference, explain, with_bandwidth_reference, with_reference
+from .explain import (
+    BandwidthReference,
+    DelayReference,
+    Explanation,
+    LatencyReference,
+    explain,
+    with_bandwidth_reference,
+    with_delay_reference,
+    with_reference,
+)
 from .histogram import Histogram
 from .pathsides import PathSide, path_sides
 from .verdict import settings_without_effect, verdict
@@ -370,7 +377,7 @@ class Result:
     raw: dict[str, Any] = field(repr=False)
     # Both engines' counter snapshots around the run, typed (results/counters.py).
     counters: Counters = field(default_factory=lambda: Counters(None, None), repr=False)
-    # Why the number is what it is (results/explain.py), attached once in parse_record.
+    # Why the number is what it is (results/explain/), attached once in parse_record.
     explanation: Explanation | None = field(default=None, repr=False)
 
     @property
@@ -392,8 +399,12 @@ class Result:
         return (self.backend, self.op, self.pattern)
 
     def to_json(self) -> dict[str, Any]:
-        """The record as the engine printed it, with the ``path`` object attached."""
-        return self.raw
+        """The record as the engine printed it, with the ``path`` object attached and the explanation
+        as decided on this Result (its references included): the typed field is the one owner, so
+        attaching a reference never has to write into the record too."""
+        if self.explanation is None:
+            return self.raw
+        return {**self.raw, "explanation": self.explanation.to_json()}
 
 
 def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
@@ -430,7 +441,8 @@ def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
     bw_ref = BandwidthReference.parse(stored.get("bandwidth_reference")) if isinstance(stored, dict) else None
     if bw_ref is not None and bandwidth is not None and bandwidth.gbps:
         explanation = with_bandwidth_reference(explanation, bandwidth.gbps, bw_ref, history="")
-    rec["explanation"] = explanation.to_json()
+    delay_ref = DelayReference.parse(stored.get("delay_reference")) if isinstance(stored, dict) else None
+    explanation = with_delay_reference(explanation, rec, delay_ref)  # read back against the same clean runs
     return Result(
         schema_version=int(num), version=_str(rec, "version"), status=str(rec.get("status") or "ok"),
         backend=_str(rec, "backend"), op=_str(rec, "op"), pattern=pattern, size=_int(rec, "size"),
@@ -442,29 +454,3 @@ def parse_record(raw: Mapping[str, Any], *, judge_path: bool = True) -> Result:
         settings_without_effect=tuple(settings_without_effect(rec)), path=PathVerdict.of(rec["path"]), raw=rec,
         counters=counters, explanation=explanation,
     )
-
-
-def load_results(lines: Iterable[str], source: str = "input", *, judge_path: bool = False) -> list[Result]:
-    """Results from JSON lines (a ``--format json`` file, a suite's loopback.jsonl); other schemas
-    (errors, events) are skipped; a broken line is an error naming the line."""
-    out: list[Result] = []
-    for n, line in enumerate(lines, 1):
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise RecordError(f"{source}:{n}", f"is not JSON ({exc})") from exc
-        if not isinstance(obj, dict) or not str(obj.get("schema", "")).startswith("fabscope.result/"):
-            continue
-        try:
-            out.append(parse_record(obj, judge_path=judge_path))
-        except RecordError as exc:
-            raise RecordError(f"{source}:{n}: {exc.field}", exc.problem) from exc
-    return out
-
-
-def load_file(path: str | Path) -> list[Result]:
-    with open(path, encoding="utf-8") as fh:
-        return load_results(fh, str(path))

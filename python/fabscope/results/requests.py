@@ -175,7 +175,7 @@ def resolve_request(record: Mapping[str, Any]) -> tuple[Request | None, str | No
     """
     preload = local_transport(record).get("preload")
     if isinstance(preload, Mapping):
-        # Under librspreload (fabscope.rspreload) only the RDMA device counts: the netdev also
+        # Under librspreload (fabscope.launch.rspreload) only the RDMA device counts: the netdev also
         # carries the kernel TCP the preload silently falls back to.
         dev = preload.get("device")
         if isinstance(dev, str) and dev:

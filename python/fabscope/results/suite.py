@@ -30,11 +30,14 @@ class SuiteSummary:
     line_rates_gbps: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
+    # The rows (a backend's pattern) that did not finish, one object each: {"row": its label,
+    # "exit_code": the run's, "error": its message}. A row its backend cannot run (exit 6) is a note.
+    failed: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SUITE_SCHEMA, "title": self.title, "peer": self.peer, "hosts": self.hosts,
                 "device": self.device, "line_rates_gbps": self.line_rates_gbps, "notes": self.notes,
-                "rows": self.rows}
+                "rows": self.rows, "failed": self.failed}
 
     @staticmethod
     def parse(obj: Mapping[str, Any]) -> SuiteSummary:
@@ -51,8 +54,13 @@ class SuiteSummary:
         rows = obj.get("rows") or []
         if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
             raise RecordError("rows", "must be a list of objects")
+        failed = obj.get("failed") or []  # absent in summaries written before it existed
+        if not isinstance(failed, list) or not all(isinstance(f, Mapping) and isinstance(f.get("row"), str)
+                                                   and isinstance(f.get("exit_code"), int) for f in failed):
+            raise RecordError("failed", "must be a list of {row, exit_code, error} objects")
         return SuiteSummary(
             title=title, peer=obj.get("peer"), hosts=[str(h) for h in obj.get("hosts") or []],
             device=obj.get("device"), line_rates_gbps={str(k): float(v) for k, v in rates.items()},
             notes=[str(n) for n in obj.get("notes") or []], rows=[dict(r) for r in rows],
+            failed=[dict(f) for f in failed],
         )

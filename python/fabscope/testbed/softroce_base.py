@@ -102,8 +102,10 @@ SIW_RECIPE_VERSION = "2"
 # Run-time settings.
 
 DEFAULT_TIMEOUT_S = 600.0
-# Under TCG a server needs a moment after start before its client may connect.
-SERVER_HEAD_START_S = 3.0
+# Two guests: the client guest's command starts once the server guest's command listens (a TCP socket
+# or an rdma_cm id in LISTEN owned by it or a process below it: softroce_guest/listening.sh, polled by
+# init.sh). A server that listens on nothing within this long is an error, not a slow start.
+SERVER_LISTEN_TIMEOUT_S = 180.0
 # Grace for a guest to power off after its command reported its exit status.
 POWEROFF_GRACE_S = 20.0
 # The guests' network is private to their two qemu processes, so serve listens there without a key.

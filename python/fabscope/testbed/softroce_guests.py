@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -32,7 +32,7 @@ from .softroce_base import (
     GUEST_MEMORY_MB,
     POWEROFF_GRACE_S,
     QBOOT,
-    SERVER_HEAD_START_S,
+    SERVER_LISTEN_TIMEOUT_S,
     SUBNET,
     SUBNET2,
     Image,
@@ -212,13 +212,20 @@ def _ssh_key_pair(rundir: Path) -> dict[str, Path]:
     return {"ssh_key": key, "ssh_key.pub": key.with_name("ssh_key.pub")}
 
 
+# The server guest's readiness check (init.sh runs it from the control share; not baked into the image).
+LISTENING_SCRIPT = "listening.sh"
+LISTENING_WHAT = ("a TCP socket in LISTEN (ss -Hltnp) or an rdma_cm id in LISTEN (rdma res show cm_id) "
+                  "owned by its process or one below it")
+
+
 def _write_control_dir(
     ctl: Path, *, nonce: str, role: str, addr: str, peer: str, hosts: str, cmd: Sequence[str],
     rdma: str, wait_go: bool, keep_alive: bool, go_timeout_s: float, siw_ko: Path | None,
-    extra_files: dict[str, Path], addr2: str = "",
+    extra_files: dict[str, Path], addr2: str = "", report_listen: bool = False,
 ) -> None:
     ctl.mkdir(parents=True)
     shutil.copyfile(GUEST_DIR / "init.sh", ctl / "init.sh")
+    shutil.copyfile(GUEST_DIR / LISTENING_SCRIPT, ctl / LISTENING_SCRIPT)
     env = {
         "FS_NONCE": nonce,
         "FS_ROLE": role,
@@ -230,6 +237,8 @@ def _write_control_dir(
         "FS_WAIT_GO": "1" if wait_go else "0",
         "FS_GO_TIMEOUT": str(max(1, int(go_timeout_s))),
         "FS_KEEP_ALIVE": "1" if keep_alive else "0",
+        "FS_REPORT_LISTEN": "1" if report_listen else "0",
+        "FS_LISTEN_TIMEOUT": str(int(SERVER_LISTEN_TIMEOUT_S)),
         "FS_ENGINE": ENGINE_REL_PATH,
     }
     (ctl / "env").write_text("".join(f"{k}={shlex.quote(v)}\n" for k, v in env.items()))
@@ -411,7 +420,7 @@ def run(
 
     With ``two_guests`` a server guest (192.168.77.1) runs ``server_cmd``
     (default ``fabscope serve --bind 0.0.0.0 --insecure-no-auth``) and the client guest
-    (192.168.77.2) runs ``cmd`` once the server has had a head start. Their
+    (192.168.77.2) runs ``cmd`` once ``server_cmd`` listens (:func:`server_listens`). Their
     only link is a pair of connected Unix datagram sockets (see :func:`_link_pair`).
 
     ``links=2`` gives each guest a second NIC, eth1 on its own link (a second
@@ -500,7 +509,7 @@ def run(
             _write_control_dir(
                 server.ctl, nonce=nonce, role="server", addr=f"{SUBNET}.1", peer=f"{SUBNET}.2",
                 hosts=hosts + f"{SUBNET}.2 peer\n", cmd=server_argv_cmd, rdma=rdma, wait_go=False,
-                keep_alive=True, go_timeout_s=timeout_s, siw_ko=siw_ko, extra_files=extras,
+                keep_alive=True, go_timeout_s=timeout_s, siw_ko=siw_ko, extra_files=extras, report_listen=True,
                 addr2=f"{SUBNET2}.1" if links == 2 else "",
             )
             _write_control_dir(
@@ -526,7 +535,7 @@ def run(
                 for pair in pairs:
                     for end in pair:
                         end.close()
-            rc = _wait_client(client, server, deadline, timeout_s, cmd)
+            rc = _wait_client(client, server, deadline, timeout_s, cmd, server_argv_cmd)
             srv_rc = server.rc_from_ctl()
             if srv_rc not in (None, 0):
                 err_stream.write(
@@ -560,10 +569,11 @@ def _checked_package(package: Path) -> Path:
 
 
 def _wait_client(
-    guest: _Guest, server: _Guest | None, deadline: float, timeout_s: float, cmd: Sequence[str]
+    guest: _Guest, server: _Guest | None, deadline: float, timeout_s: float, cmd: Sequence[str],
+    server_cmd: Sequence[str] = (),
 ) -> int:
-    """Wait for the command guest; with a server, also pace and watch it."""
-    go_at: float | None = None
+    """Wait for the command guest; with a server, also start the client when the server listens, and watch it."""
+    go_written = False
     done_at: float | None = None
     while True:
         now = time.monotonic()
@@ -571,6 +581,7 @@ def _wait_client(
             with server.lock:
                 srv_error = server.error
                 srv_begin = server.events.get("begin")
+                srv_listening = server.events.get("listening")
                 srv_exit = server.exit_status
             if srv_error is not None:
                 raise SoftRoceError(f"the server guest failed during setup: {srv_error}\n{server.tail_text()}")
@@ -579,15 +590,12 @@ def _wait_client(
                     f"the server guest stopped (qemu exit status {server.proc.returncode if server.proc else '?'}) "
                     f"while the client was {guest.stage}:\n  server console:\n{server.tail_text()}"
                 )
-            if srv_begin is not None and go_at is None:
-                go_at = now + SERVER_HEAD_START_S
-            if srv_exit is not None and not (guest.ctl / "go").exists():
-                raise SoftRoceError(
-                    f"the server command exited with {srv_exit} before the client started; "
-                    f"is it a server that waits for a client?\n  server console:\n{server.tail_text()}"
-                )
-            if go_at is not None and now >= go_at and not (guest.ctl / "go").exists():
+            if not go_written and server_listens(
+                server_cmd, begin_at=srv_begin, listening_at=srv_listening, exit_status=srv_exit,
+                now=now - server.started, listen_timeout_s=SERVER_LISTEN_TIMEOUT_S, console=server.tail_text,
+            ):
                 (guest.ctl / "go").write_text("go\n")
+                go_written = True
         with guest.lock:
             error = guest.error
         if error is not None:
@@ -628,6 +636,33 @@ def _wait_client(
                 msg += f"\n  server console:\n{server.tail_text()}"
             raise SoftRoceTimeout(msg)
         time.sleep(0.05)
+
+
+def server_listens(
+    server_cmd: Sequence[str], *, begin_at: float | None, listening_at: float | None, exit_status: int | None,
+    now: float, listen_timeout_s: float, console: Callable[[], str],
+) -> bool:
+    """Whether the server guest's command listens, so the client guest may start. Times are seconds from
+    the server's qemu start; ``begin_at`` is when the command started, ``listening_at`` when init.sh said
+    it listens (None: not yet). A command that exited before it listened, or that listens on nothing
+    ``listen_timeout_s`` after it started, is a :class:`SoftRoceError` with ``console()`` (its tail)."""
+    if listening_at is not None:
+        return True
+    if exit_status is not None:
+        raise SoftRoceError(
+            f"the server command ({shlex.join(server_cmd)}) exited with {exit_status} before it listened "
+            f"(waited for {LISTENING_WHAT}); the client guest's command was not started. "
+            f"Give --server-cmd a server that stays up and listens for the client.\n"
+            f"  server console:\n{console()}"
+        )
+    if begin_at is not None and now - begin_at > listen_timeout_s:
+        raise SoftRoceError(
+            f"the server command ({shlex.join(server_cmd)}) did not listen within {listen_timeout_s:g} s of its "
+            f"start (waited for {LISTENING_WHAT}); the client guest's command was not started. A server that "
+            f"listens on UDP only or on nothing cannot be waited for: start it from the client's command instead."
+            f"\n  server console:\n{console()}"
+        )
+    return False
 
 
 def _log_timing(guest: _Guest) -> None:

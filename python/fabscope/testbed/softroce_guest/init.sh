@@ -6,6 +6,7 @@
 #   hosts    the guest's /etc/hosts
 #   cmd.sh   the command to run (argv quoted for /bin/sh)
 #   siw.ko   only in --siw mode
+#   listening.sh  the server guest's readiness check (two guests)
 # and reads back `rc` (the command's exit status). Every step prints a marker
 # @@fabscope:<nonce>:<event>@@ on the serial console so the host can follow
 # progress and report where a failed boot stopped.
@@ -168,14 +169,31 @@ export UCX_IB_GID_INDEX="${UCX_IB_GID_INDEX:-0}" FI_UNIVERSE_SIZE="${FI_UNIVERSE
 
 say "ready:$(cut -d' ' -f1 /proc/uptime)"
 
-# Two-guest client: the host creates `go` once the server has had its head start.
+# Two-guest client: the host creates `go` once the server guest said its command listens.
 if [ "$FS_WAIT_GO" = 1 ]; then
     wait_for "$FS_GO_TIMEOUT" test -e "$CTL/go" || fail "no go from the host within $FS_GO_TIMEOUT s"
 fi
 
 cd /out
 say "begin"
-/bin/sh "$CTL/cmd.sh" < /dev/null
+/bin/sh "$CTL/cmd.sh" < /dev/null &
+cmd_pid=$!
+if [ "$FS_REPORT_LISTEN" = 1 ]; then
+    # Two-guest server: say when the command (or a process below it) listens, polled at 5 Hz for at
+    # most FS_LISTEN_TIMEOUT s or until it exits; the host starts the client on this line.
+    (
+        n=$(( FS_LISTEN_TIMEOUT * 5 ))
+        while [ "$n" -gt 0 ] && kill -0 "$cmd_pid" 2>/dev/null; do
+            if found=$(sh "$CTL/listening.sh" "$cmd_pid"); then
+                say "listening:$found"
+                break
+            fi
+            n=$(( n - 1 ))
+            sleep 0.2
+        done
+    ) < /dev/null &
+fi
+wait "$cmd_pid"
 rc=$?
 # A command whose last line has no newline would swallow the marker's start.
 echo

@@ -12,9 +12,10 @@ import struct
 import time
 from typing import Any
 
-from . import __version__, auth, hostport
-from .argtypes import shown
-from .errors import EXIT_PEER, EXIT_USAGE, FabscopeError
+from .. import __version__, hostport
+from ..argtypes import shown
+from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
+from . import auth
 
 # 2: `fabscope serve` authenticates (auth.py) and each size's counters follow both sides' phase_done
 PROTO_VERSION = 2

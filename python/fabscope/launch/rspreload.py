@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import EXIT_USAGE, FabscopeError
-from .results.counters import Counters
+from ..errors import EXIT_USAGE, FabscopeError
+from ..results.counters import Counters
 
 __all__ = ["LABEL", "Preload", "amend_record", "check_host", "engine_env", "explain_failure", "find_library",
            "rdma_devices"]

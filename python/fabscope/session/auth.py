@@ -25,8 +25,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .argtypes import shown
-from .errors import EXIT_USAGE, FabscopeError
+from ..argtypes import shown
+from ..errors import EXIT_USAGE, FabscopeError
 
 SCHEME = "hmac-sha256"
 NONCE_BYTES = 32

@@ -17,10 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from .auth import Key
-from .control import engine_session_args, open_session_keyed
+from ..errors import EXIT_MEASURE, EXIT_PEER, FabscopeError
+from ..results import RecordError, Result, parse_record
+from ..results.collective import COLLECTIVE_SCHEMA, parse_collective
+from ..session.auth import Key
+from ..session.control import engine_session_args, open_session_keyed
 from .engine import engine_option, engine_path, process_option_names
-from .errors import EXIT_MEASURE, EXIT_PEER, FabscopeError
 from .mpirun import (
     KILL_AFTER_S,
     build_mpi_command,
@@ -30,8 +32,6 @@ from .mpirun import (
     placement_warnings,
     strip_launcher_boxes,
 )
-from .results import RecordError, Result, parse_record
-from .results.collective import COLLECTIVE_SCHEMA, parse_collective
 
 Record = dict[str, Any]  # a raw engine record, before parse_record
 OnResult = Callable[[Result], None]

@@ -19,8 +19,8 @@ import shutil
 import subprocess
 from collections.abc import Iterable
 
-from .argtypes import shown
-from .errors import EXIT_USAGE, FabscopeError
+from ..argtypes import shown
+from ..errors import EXIT_USAGE, FabscopeError
 
 _TIMEOUT_S = 30.0
 _CVAR_RE = re.compile(r"^\s*(MPIR_CVAR_[A-Z0-9_]+)\s*=", re.MULTILINE)

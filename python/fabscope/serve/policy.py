@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import EXIT_PEER, EXIT_USAGE, FabscopeError
+from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ..errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
+from ..results import Result
+from ..session.auth import Key
+from ..session.control import PeerBusy
 from . import runner
-from .auth import Key
-from .control import PeerBusy
-from .errors import EXIT_MEASURE, EXIT_MISROUTED, EXIT_OK, EXIT_PEER, EXIT_UNSUPPORTED, EXIT_USAGE, FabscopeError
-from .results import Result
 from .rspreload import Preload, explain_failure
 
 OnResult = Callable[[Result], None]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
-from .errors import EXIT_MEASURE, EXIT_USAGE, FabscopeError
+from ..errors import EXIT_MEASURE, EXIT_USAGE, FabscopeError
 
 
 def engine_option(args: Sequence[str], name: str) -> str | None:
@@ -188,7 +188,7 @@ def version_report() -> tuple[str, bool]:
     """`fabscope --version`: this front end's version, the engine it runs (path, version, the backends
     it was built with) and the MPI engines found; ok is False when the engine is missing or reports
     another version than the front end (one fabscope is one version, everywhere)."""
-    from . import __version__
+    from .. import __version__
     from .mpirun import MPI_FLAVOURS, _engine_name
 
     lines = [f"fabscope {__version__}"]

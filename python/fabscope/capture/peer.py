@@ -2,12 +2,12 @@
 """`run --peer HOST --capture FILE.pcap`: the server's half of the capture, over serve's "capture"
 service (a connection of its own beside the run's engine session, authenticated the same way).
 
-The client asks before its engine starts; serve starts tcpdump (capture.Capture) on the netdev its
+The client asks before its engine starts; serve starts tcpdump (tcpdump.Capture) on the netdev its
 --device names, else the one the client's address is routed through, and says "capturing" once
 tcpdump listens (or why it cannot: exit 2, nothing measured). A client sees this host's packets, so
-serve keeps headers only (the snap length is capped at capture.CM_SNAPLEN) and, for the socket
+serve keeps headers only (the snap length is capped at tcpdump.CM_SNAPLEN) and, for the socket
 backends, only TCP to and from the client's address. After the run the client says "stop";
-serve stops tcpdump, decodes the file (capture.finish), and sends the summary, then the file in
+serve stops tcpdump, decodes the file (summary.finish), and sends the summary, then the file in
 chunks when it is at most MAX_TRANSFER bytes. The client writes it beside its own as
 FILE.server.pcap; serve keeps nothing (its temporary directory goes with the session).
 """
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import control
-from .auth import Key
-from .errors import EXIT_PEER, EXIT_USAGE, FabscopeError
+from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
+from ..session import control
+from ..session.auth import Key
 
 SERVICE = "capture"
 # Bytes of a server's capture file sent back (a 352-byte snap length x the default 200000-packet cap
@@ -125,7 +125,7 @@ class PeerCapture:
 # ---- server (serve's handshake thread) ----------------------------------------------------------
 
 _one_at_a_time = threading.Lock()
-_running: list[Any] = []  # the capture in progress (capture.Capture), for stop_all
+_running: list[Any] = []  # the capture in progress (tcpdump.Capture), for stop_all
 
 
 def stop_all() -> None:
@@ -139,7 +139,7 @@ def serve_capture(sock: socket.socket, desc: str, client_host: str, session: byt
                   budget_s: float, on_error: Callable[[str], None]) -> None:
     """The server half, in the thread that authenticated the connection. One capture at a time per
     serve; tcpdump never outlives the session (``budget_s`` bounds how long it may run)."""
-    from . import capture
+    from . import summary, tcpdump
 
     chan = _Channel(sock, desc, session, "s")
     try:
@@ -156,17 +156,17 @@ def serve_capture(sock: socket.socket, desc: str, client_host: str, session: byt
     try:
         workdir = Path(tempfile.mkdtemp(prefix="fabscope-capture-"))
         # Headers (and whole CM MADs), never payloads: the client sees this host's packets
-        snaplen = min(_bounded(ask.get("snaplen"), 64, 65535, capture.DEFAULT_SNAPLEN), capture.CM_SNAPLEN)
-        max_packets = _bounded(ask.get("max_packets"), 1, 10**8, capture.DEFAULT_MAX_PACKETS)
+        snaplen = min(_bounded(ask.get("snaplen"), 64, 65535, tcpdump.DEFAULT_SNAPLEN), tcpdump.CM_SNAPLEN)
+        max_packets = _bounded(ask.get("max_packets"), 1, 10**8, tcpdump.DEFAULT_MAX_PACKETS)
         try:
-            netdev = capture.netdev_for(device) or capture.route_netdev(client_host)
+            netdev = tcpdump.netdev_for(device) or tcpdump.route_netdev(client_host)
             if not netdev:
                 raise FabscopeError(f"cannot tell which netdev reaches {client_host}; start serve with --device",
                                     EXIT_USAGE)
-            bpf = capture.capture_filter(str(ask.get("backend")), bool(ask.get("preload")))
+            bpf = tcpdump.capture_filter(str(ask.get("backend")), bool(ask.get("preload")))
             if bpf == "tcp":  # a socket backend's connections: the client's, not every TCP stream of this host
                 bpf = f"tcp and host {client_host}"
-            cap = capture.Capture.start(workdir / "server.pcap", netdev, bpf, snaplen, max_packets)
+            cap = tcpdump.Capture.start(workdir / "server.pcap", netdev, bpf, snaplen, max_packets)
             _running.append(cap)
         except FabscopeError as exc:
             why = str(exc).replace(f"--capture {workdir / 'server.pcap'}: ", "")  # its temporary file: noise there
@@ -179,7 +179,7 @@ def serve_capture(sock: socket.socket, desc: str, client_host: str, session: byt
         except (FabscopeError, OSError):
             stop = {}
         _running.remove(cap)
-        info = capture.finish(cap)
+        info = summary.finish(cap)
         cap = None
         if stop.get("type") != "stop":
             return  # the client went away: nothing to send it

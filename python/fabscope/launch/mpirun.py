@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import EXIT_PEER, EXIT_USAGE
 from .engine import engine_option, locate
-from .errors import EXIT_PEER, EXIT_USAGE
 
 MPI_FLAVOURS = ("openmpi", "mpich")
 LAUNCHERS = ("mpirun", "srun")
@@ -362,6 +362,12 @@ def build_mpi_command(
             cmd += ["-H", ",".join(f"{h}:{ppn}" for h in group), "--map-by", f"ppr:{ppn}:node"]
         elif len(os.sched_getaffinity(0)) < np:
             cmd.append("--oversubscribe")
+        if ppn is not None and "OMPI_MCA_hwloc_base_binding_policy" not in full_env \
+                and "hwloc_base_binding_policy" not in mca:
+            # A collective's ranks place themselves (--cpu, as an engine does: distinct CPUs of the
+            # device's node per machine); Open MPI's own binding would leave each one CPU to "choose".
+            # A binding the user chose is kept (the engine then says it was left on that CPU).
+            cmd += ["--bind-to", "none"]
         for key, value in mca.items():
             cmd += ["--mca", key, value]
         for key in dict.fromkeys([*extra_env, *forwarded]):
@@ -377,7 +383,8 @@ def build_mpi_command(
         # testbed sets none, as its "hosts" share this machine's CPUs and core 0 of each would be
         # one CPU for both ranks (results/cpushare.py warns when that happens anyway).
         if "HYDRA_BINDING" not in full_env:
-            cmd += ["-bind-to", "core"]
+            # A collective's ranks place themselves (--cpu), as above.
+            cmd += ["-bind-to", "none" if ppn is not None else "core"]
         for key in dict.fromkeys([*extra_env, *forwarded]):
             cmd += ["-genv", key, full_env[key]]
     cmd += [engine, *engine_args]
@@ -449,6 +456,7 @@ def describe_launch(cmd: list[str], env: dict[str, str], mapping: DeviceMapping 
             mpi_plugin=opts.get("mpi"), cpu_bind=opts.get("cpu-bind") or env.get("SLURM_CPU_BIND"),
             job_name=opts.get("job-name"),
             allocation_wait_s=int(opts["immediate"]) if "immediate" in opts else None,
+            allocation=_srun_allocation(opts),
             slurm_conf=env.get("SLURM_CONF") or "/etc/slurm/slurm.conf (srun's default)",
         )
         if opts.get("nodelist"):
@@ -554,6 +562,18 @@ def strip_launcher_boxes(message: str) -> str:
     return stripped or message.strip()
 
 
+def _srun_allocation(opts: dict[str, str]) -> str:
+    """What srun's options ask Slurm for, in words: "one node with 2 CPUs", "3 nodes (fs-a,fs-b,fs-c)
+    with 2 CPUs each" (one CPU per rank)."""
+    tasks = opts.get("ntasks", "?")
+    nodes = opts.get("nodes", "1")
+    if nodes == "1":
+        return f"one node with {tasks} CPU{'s' if tasks != '1' else ''}"
+    per = opts.get("ntasks-per-node", "?")
+    where = f" ({opts['nodelist']})" if opts.get("nodelist") else ""
+    return f"{nodes} nodes{where} with {per} CPU{'s' if per != '1' else ''} each"
+
+
 def explain_launch_failure(
     launch: dict[str, Any], exit_code: int, message: str, elapsed_s: float | None = None
 ) -> tuple[str, int] | None:
@@ -578,9 +598,12 @@ def explain_launch_failure(
         return (f"srun cannot reach the Slurm controller ({said}); is slurmctld running for "
                 f"SLURM_CONF={launch.get('slurm_conf')}? Check with `scontrol ping`", EXIT_PEER)
     if any("Unable to allocate resources" in e or "Requested nodes are busy" in e for e in errors):
-        return (f"srun could not get one node with 2 CPUs within {launch.get('allocation_wait_s')} s (--immediate, "
-                f"the engine's --timeout): {said}. The partition is busy, drained or down: see `sinfo` "
-                f"(SLURM_CONF={launch.get('slurm_conf')}); raise --timeout to wait longer", EXIT_PEER)
+        # "Requested node configuration is not available": no node has that many CPUs, now or ever.
+        never = ("; or a node has fewer CPUs for jobs than that: lower --ppn" if "configuration is not available" in said
+                 else "")
+        return (f"srun could not get {launch.get('allocation') or 'its nodes'} within {launch.get('allocation_wait_s')} "
+                f"s (--immediate, the engine's --timeout): {said}. The partition is busy, drained or down: see `sinfo` "
+                f"(SLURM_CONF={launch.get('slurm_conf')}); raise --timeout to wait longer{never}", EXIT_PEER)
     if any("MPI type" in e or "mpi plugin" in e.lower() or "PMIx library" in e for e in errors):
         return (f"srun cannot load its --mpi={plugin} plugin: {said}. Fix: install {_SRUN_FIX.get(str(plugin), plugin)}",
                 EXIT_USAGE)
