@@ -343,13 +343,40 @@ def key_value(value: str) -> tuple[str, str]:
 class ArgumentParser(argparse.ArgumentParser):
     """argparse whose "unrecognized arguments" quotes each one with shown(): an empty, non-UTF-8
     or control-character argument is visible in the message instead of printing as nothing or
-    as raw bytes. Use it as the top-level parser (subparsers hand their leftovers up to it)."""
+    as raw bytes. Use it as the top-level parser (subparsers hand their leftovers up to it).
+
+    No abbreviations: argparse would take `--backend tcp` given to `suite` as its `--backends tcp`
+    (and `--size` as `--sizes`), running something other than what was written without a word.
+    An option is its whole name, or it is refused."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         ns, extras = self.parse_known_args(args, namespace)
         if extras:
-            self.error("unrecognized arguments: " + " ".join(shown(a) for a in extras))
+            hint = _whole_names(self, ns, [a.split("=", 1)[0] for a in extras if a.startswith("--")])
+            self.error("unrecognized arguments: " + " ".join(shown(a) for a in extras) + hint)
         return ns
+
+
+def _whole_names(parser: argparse.ArgumentParser, ns: Any, given: list[str]) -> str:
+    """For an option given short of its whole name (`--size`): the options of the command given
+    (the subcommands chosen in ``ns``) that it begins, named."""
+    names: set[str] = set()
+    todo = [parser]
+    while todo:
+        p = todo.pop()
+        for action in p._actions:  # argparse keeps no public list of a parser's options
+            names.update(o for o in action.option_strings if o.startswith("--"))
+            chosen = getattr(ns, action.dest, None) if isinstance(action, argparse._SubParsersAction) else None
+            if isinstance(action, argparse._SubParsersAction) and chosen in action.choices:
+                todo.append(action.choices[chosen])
+    hints = [f"{g}: no such option, and abbreviations are not taken; did you mean "
+             f"{' or '.join(sorted(n for n in names if n.startswith(g)))}?"
+             for g in given if g not in names and any(n.startswith(g) for n in names)]
+    return f" ({'; '.join(hints)})" if hints else ""
 
 
 def check(helper: Callable[[str], object], flag: str, value: str) -> object:

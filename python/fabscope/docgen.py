@@ -358,7 +358,8 @@ complete -c fabscope -f -a '(__fabscope_complete)'
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fabscope.docgen", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m fabscope.docgen", description=__doc__.splitlines()[0],
+                                allow_abbrev=False)
     p.add_argument("--man", type=Path, metavar="DIR", help="write fabscope.1 and fabscope-COMMAND.1 here")
     p.add_argument("--bash-completion", type=Path, metavar="FILE", help="write the bash completion script here")
     p.add_argument("--zsh-completion", type=Path, metavar="FILE", help="write the zsh completion (_fabscope) here")

@@ -107,3 +107,19 @@ def test_known_mpich_control_variables_pass() -> None:
 
     assert "MPIR_CVAR_CH4_NETMOD" in mpich_cvars() and "UCX_TLS" not in mpich_cvars()
     check_names("mpich", [], ["MPIR_CVAR_CH4_NETMOD", "UCX_TLS"])  # raises FabscopeError on a name it refuses
+
+
+@pytest.mark.parametrize(
+    ("args", "given", "meant"),
+    [
+        (["suite", "--backend", "tcp", "--quick", "--no-store"], "--backend", "--backends"),  # suite's is plural
+        (["run", "--loopback", "--size", "8"], "--size", "--sizes"),
+        (["baseline", "save", "golden", "--ta", "x"], "--ta", "--tag"),
+    ],
+)
+def test_an_abbreviated_option_is_refused_naming_the_whole_one(args: list[str], given: str, meant: str) -> None:
+    """argparse takes a prefix of an option as the option: `suite --backend tcp` ran as `--backends
+    tcp` without a word (found by a scenario check that named `backend`). Each is refused, nothing
+    runs, and the message names the option meant."""
+    err = usage_error(fabscope(*args), f"'{given}'", "abbreviations are not taken", f"did you mean {meant}?")
+    assert "suite:" not in err and "measured" not in err, err

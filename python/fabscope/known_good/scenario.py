@@ -288,7 +288,7 @@ def _check(path: Path, index: int, raw: Any, where: _Lines) -> CheckSpec:
         raise _err(path, where.key("rows", index), f"rows = {rows!r} {label}: each is \"backend [op [pattern]]\", "
                                                    "e.g. \"tcp\", \"ucx tag lat\"")
     if rows:
-        from ..engine import known_backends
+        from ..launch.engine import known_backends
 
         known = [b.name for b in known_backends()]
         for r in rows:
