@@ -8,7 +8,9 @@ pair), agents under mpirun, the receiver's switch port at 100 Mbit/s with a queu
 - deep (8 MB, every flow's window bounded by --tcp-rcvbuf 128K so the queue always holds them):
   tc drops nothing; the load must name oversubscription and nothing else.
 
-The victim's impact factor is reported in both, with its interval. One `up` for both runs; each
+The victim's impact factor is reported in both, with its interval. The victim pair shares no link with
+the load (its own two switch ports), only this machine's CPUs with the load's engines: a slowdown is
+named as that host effect (`victim-host`), never as the fabric's `victim`. One `up` for both runs; each
 run ~25 s (mpirun starting 10 agents on this shared 2-CPU machine is most of it)."""
 
 from __future__ import annotations
@@ -27,15 +29,18 @@ from conftest import REPO
 from fabscope.testbed import netns
 from fabscope.testbed.netns_queue import port_drops, set_port_queue
 
-# Unreliable, and out of make test until the load fixes both (issue 48): in two clean runs on
-# 2026-12-03 it failed once on each of two product faults. (1) The shallow incast's flows summed to
-# 0.175 Gb/s while all ran, 1.75x the port's 0.1 (interval totals 0.17, 0.156, 0.204, 0.171): a
-# per-flow rate or the overlap of the flows' intervals is wrong somewhere. (2) The deep queue named a
-# `victim` finding: the victim pair shares no link with the load here, only the two CPUs with 16
-# engines, so its slowdown was CPU contention, which the finding blames on the network.
-pytestmark = [pytest.mark.netns, nh.needs_root, needs_openmpi, pytest.mark.unreliable]
+pytestmark = [pytest.mark.netns, nh.needs_root, needs_openmpi]
 
 RATE, RATE_GBPS = "100mbit", 0.1
+# tbf meters whole frames and the engines count payload (1448 of every 1514 bytes at MTU 1500), so what
+# the flows carried together is below the port's rate; the 3 % is for the bucket's one burst (32 kB)
+# and a receiver's window opening a control message before its first byte.
+PORT_CEILING = RATE_GBPS * 1.03
+# Within one interval a receiver may also read bytes that crossed the port in the one before (what its
+# socket held: twice --tcp-rcvbuf, as the kernel doubles it) and counts a 64K message when its last
+# byte is read: per 0.75 s interval the flows can show up to 7 x (256K + 64K) more than the port
+# carried in it. (Over a whole window no: each began with its buffers drained by the warmup.)
+HELD_BITS = 7 * (2 * 128 + 64) * 1024 * 8
 SHALLOW, DEEP = 45_000, 8_000_000
 # Each flow's window (receive buffer) and its backlog at the sender (send buffer, messages posted)
 # bounded: 7 windows fit the deep queue, and warmup data queued at the sender drains within a
@@ -66,13 +71,23 @@ def check_common(doc: dict[str, Any], hosts: list[str]) -> None:
     assert b["fair_share_gbps"] == pytest.approx(RATE_GBPS / 7)
     over = doc["findings"][0]
     assert over["kind"] == "oversubscription" and "oversubscribed 7:1" in over["summary"]
-    # the port's rate is the ceiling of what the flows carried together (tbf: a few % over at most)
-    assert doc["concurrent_gbps"] < RATE_GBPS * 1.1, doc["interval_totals_gbps"]
+    # the port's rate is the ceiling of what the flows carried together: over the union of their
+    # windows, and in every interval they all measured (on common boundaries)
+    assert 0 < doc["total_gbps"] <= PORT_CEILING, doc["notes"]
+    length = doc["flows"][0]["record"]["intervals"]["length_s"]
+    totals = doc["interval_totals_gbps"]
+    assert all(t <= PORT_CEILING + HELD_BITS / length / 1e9 for t in totals), totals
+    if totals:
+        assert doc["concurrent_gbps"] <= PORT_CEILING + HELD_BITS / (len(totals) * length) / 1e9, totals
     assert doc["start_spread_s"] < 0.3
     impacts = doc["victim"]["impact"]
     assert [i["q"] for i in impacts] == [0.5, 0.99]
     for i in impacts:
         assert i["interval"][0] <= i["factor"] <= i["interval"][1]
+    assert "victim" not in kinds(doc) and "victim-unexplained" not in kinds(doc), doc["findings"]
+    for f in doc["findings"]:
+        if f["kind"] == "victim-host":
+            assert f["evidence"]["shared_cpus"]["load_engines_on_it"] == 14, f
 
 
 def test_incast_shallow_queue_drops_and_is_unfair_deep_queue_is_only_full() -> None:
@@ -101,6 +116,6 @@ def test_incast_shallow_queue_drops_and_is_unfair_deep_queue_is_only_full() -> N
 
     check_common(deep, hosts)
     assert dropped_deep == 0
-    assert kinds(deep) == ["oversubscription"], deep["findings"]
+    assert [k for k in kinds(deep) if k != "victim-host"] == ["oversubscription"], deep["findings"]
     assert rc_deep == 0, err_deep
     assert all(f["retransmitted_segments"] == 0 for f in deep["flows"])

@@ -11,6 +11,16 @@
 
 #include "run.h"
 
+/* CLOCK_REALTIME in ns: where a phase began on the hosts' shared (NTP) time line. Read once per
+ * phase, outside the timed loop; the loop's own clock stays fs_now_ns. */
+static uint64_t unix_now_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts))
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Housekeeping (control messages, the no-progress deadline, heartbeats) costs a system call. While
  * data flows it runs every FS_HOUSEKEEP_PERIOD_NS: completions and answers show the peer alive,
  * and the channel carries nothing a side needs before its phase ends. A wait that has been quiet
@@ -520,6 +530,7 @@ static int stream(struct fs_run *r, uint64_t size, int do_send, int do_recv, uin
     uint64_t t_last_rx = 0;
     const uint64_t depth = (uint64_t)r->spec.tx_depth;
     uint64_t start = fs_now_ns(), now = start;
+    v->start_unix_ns = unix_now_ns();
     uint64_t t_end = t_max_ns ? start + t_max_ns : 0;
     int send_done = !do_send;
     /* A receiver needs the peer's count to know when to stop; so does an idle target. In bibw

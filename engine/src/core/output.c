@@ -146,6 +146,13 @@ static void add_intervals(cJSON *rec, const struct fs_run *r, uint64_t size,
     cJSON_AddNumberToObject(iv, "length_s", r6((double)len / 1e9));
     cJSON_AddStringToObject(iv, "measured_at", active ? "receiver (from its start)"
                                                       : "initiator (from its first post)");
+    /* Where interval 0 began on the wall clock (Unix seconds; null from a peer that does not say):
+     * a load's flows measured by engines on many hosts are summed on common boundaries with it. */
+    const uint64_t origin = r->pat == FS_PAT_BW && active ? theirs->start_unix_ns : mine->start_unix_ns;
+    if (origin)
+        cJSON_AddNumberToObject(iv, "started_unix_s", (double)origin / 1e9);
+    else
+        cJSON_AddNullToObject(iv, "started_unix_s");
     cJSON *msgs = cJSON_AddArrayToObject(iv, "messages");
     cJSON *secs = cJSON_AddArrayToObject(iv, "seconds");
     cJSON *gbps = cJSON_AddArrayToObject(iv, "bandwidth_gbps");

@@ -23,6 +23,9 @@ struct fs_side_view {
     uint64_t rx_span_ns;    /* first to last receive event */
     uint64_t rx_lost;       /* lossy services: sent by the peer, never arrived */
     uint64_t control_polls; /* times this side read its control channel during the phase */
+    /* CLOCK_REALTIME at the phase's start (the origin of its --interval counts): engines on
+     * several hosts (a load's flows) put their intervals on one time line with it. */
+    uint64_t start_unix_ns;
     /* The engine thread's share of a CPU during the phase (getrusage RUSAGE_THREAD around it):
      * a busy-polling engine that got much less than its wall time, with the scheduler taking the
      * CPU away (involuntary switches), shared its CPU with another process. */

@@ -93,7 +93,7 @@ static const struct view_count phase_counts[] = {
     VIEW_COUNT("tx_msgs", tx_msgs),       VIEW_COUNT("tx_span_ns", tx_span_ns),
     VIEW_COUNT("rx_msgs", rx_msgs),       VIEW_COUNT("rx_timed_msgs", rx_timed_msgs),
     VIEW_COUNT("rx_span_ns", rx_span_ns), VIEW_COUNT("rx_lost", rx_lost),
-    VIEW_COUNT("control_polls", control_polls),
+    VIEW_COUNT("control_polls", control_polls), VIEW_COUNT("start_unix_ns", start_unix_ns),
 };
 static const struct view_count cpu_use_counts[] = { /* in "cpu_use" */
     VIEW_COUNT("wall_ns", wall_ns), VIEW_COUNT("user_ns", user_ns), VIEW_COUNT("sys_ns", sys_ns),

@@ -123,9 +123,9 @@ def run_load(ns: argparse.Namespace) -> int:
     if not hasattr(ns, "checked"):
         check_load(ns)
     from ..history import recorder
+    from ..matrix.launch import agents_on
     from ..results.histogram import Histogram
     from . import findings, judge, render
-    from .launch import agents_on
     from .model import VictimResult
     from .run import run_flows
 
@@ -142,7 +142,7 @@ def run_load(ns: argparse.Namespace) -> int:
     device = ns.address_of or _engine(ns, "device")
     victim_flow = Flow(len(flows), ns.victim[0], ns.victim[1], 0, "victim") if ns.victim else None
     everyone = hosts + (list(ns.victim) if ns.victim else [])
-    with agents_on(ns, everyone) as agents:
+    with agents_on(ns, everyone, "load", len(everyone)) as agents:
         isolated = run_flows(agents, [victim_flow], args, timeout, device, 1)[0] if victim_flow else None
         results = run_flows(agents, [*flows, *([victim_flow] if victim_flow else [])], args, timeout, device, 2)
     load = [r for r in results if r.flow.role == "load"]
@@ -164,7 +164,8 @@ def run_load(ns: argparse.Namespace) -> int:
     if spread is not None and spread > START_SPREAD_SHARE * duration:
         run.notes.append(f"the flows' engines started {spread:.2f} s apart ({spread / duration:.0%} of --duration): "
                          "they did not all run together for the whole phase; a loaded launch host or agents "
-                         "slow to start; the totals per interval count only the common whole intervals")
+                         "slow to start")
+    run.notes += _window_notes(run, duration)
     if load and all(f.retransmitted is None for f in load):
         run.notes.append(f"loss unchecked: the {run.backend} flows' records carry no TCP retransmission count (the "
                          "transport does not report one); drops show only in the RDMA and netdev counters")
@@ -182,6 +183,28 @@ def run_load(ns: argparse.Namespace) -> int:
                 print(f"fabscope: {path}: {exc.strerror}", file=sys.stderr)
     _store(ns, run)
     return run.exit_code
+
+
+def _window_notes(run: LoadRun, duration: float) -> list[str]:
+    """What the flows' windows on the wall clock say about the totals."""
+    if not run.aligned:
+        return ["the flows' windows are not on one time line (an engine that does not report where its intervals "
+                "began: started_unix_s): no total, no common intervals; the sum of the flows' own rates "
+                f"({run.sum_of_rates_gbps:.4g} Gb/s) adds rates over different windows and may exceed what the port "
+                "carried: run the same fabscope on every host"]
+    notes = []
+    phase = run.phase_spread_s
+    if phase is not None and phase > START_SPREAD_SHARE * duration:
+        starts = {f.flow.name: w.start_s for f in run.flows if (w := f.window) is not None}
+        first = min(starts.values())
+        late = sorted((n for n, t in starts.items() if t - first > START_SPREAD_SHARE * duration),
+                      key=lambda n: -starts[n])
+        notes.append(f"the flows' measured phases began up to {phase:.2f} s apart (" + ", ".join(
+            f"{n} +{starts[n] - first:.2f} s" for n in late[:8]) + "): their warmups' last bytes arrived late "
+            "(a retransmission timeout under loss, or a starved engine); the total counts their bytes over the "
+            "union of the windows, the per-interval totals only the common window"
+            + ("" if run.concurrent_gbps is not None else ", which holds no whole interval here"))
+    return notes
 
 
 def _store(ns: argparse.Namespace, run: LoadRun) -> None:

@@ -13,13 +13,22 @@
   fabric signalled congestion without dropping;
 - ``rdma-congestion`` / ``pause``: the RDMA ports' congestion counters (ECN-marked packets, CNPs:
   explain/packets.py's list) and the drivers' pause/PFC counters that moved, per host;
-- ``victim``: the victim pair's p99 (or p50) slowed by the load beyond its interval.
+- ``victim``: the victim pair's p99 (or p50) slowed by the load beyond its interval, and its path
+  crosses the hot port (the bottleneck's host is one of the pair): the fabric slowed it;
+- ``victim-host``: slowed as much, its path clear of the hot port, and its engines ran on the same
+  kernel (boot_id) as the load's: they shared the CPUs, a host effect, not the fabric (on 2 CPUs
+  with 14 load engines the victim's p99 rose 6.7x on a pair that shared no link with the load);
+- ``victim-unexplained``: slowed as much, clear of the hot port and of the load's CPUs: a part of its
+  path this run does not observe (a switch uplink shared with the load?).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..untyped import count, member
 from .judge import LOSS_SHARE, STALL_SHARE, STARVED_SHARE, UNFAIR_JAIN, UNFAIR_SHORT_JAIN, stalls, starved
-from .model import Finding, FlowResult, LoadRun
+from .model import Finding, FlowResult, LoadRun, VictimResult
 
 # The busiest rail carrying more than this share of the rails' bytes is an imbalance (two rails: 0.5 is even).
 RAIL_IMBALANCE = 0.7
@@ -138,7 +147,7 @@ def decide(run: LoadRun) -> list[Finding]:
             f"{b.links_in} links into one at {b.where}: oversubscribed {b.links_in}:1; {b.flows} flows share {rate}"
             + (f", a fair share of {share:.4g} Gb/s each" if share else ""),
             {"links_in": b.links_in, "flows": b.flows, "rate_gbps": b.rate_gbps, "fair_share_gbps": share,
-             "concurrent_gbps": run.concurrent_gbps},
+             "total_gbps": run.total_gbps, "concurrent_gbps": run.concurrent_gbps},
             cost=f"each flow gets at most 1/{b.flows} of the port", fix="expected for this pattern; spread the "
             "receivers (placement), or add bandwidth at the receiving port, if the total is not enough"))
     lost, sent, by_dst = _loss(load)
@@ -186,7 +195,10 @@ def decide(run: LoadRun) -> list[Finding]:
     short_median = sorted(short)[len(short) // 2] if short else None
     unfair_run = index is not None and index < UNFAIR_JAIN
     unfair_short = short_median is not None and short_median < UNFAIR_SHORT_JAIN
-    stalled = stalls({f.flow.name: f.intervals_gbps for f in load if f.gbps is not None}, share)
+    # Against the fair share (a fixed rate) a flow stalls in its own intervals, whenever they were;
+    # against the intervals' mean the flows must be compared on common boundaries.
+    stalled = stalls({f.flow.name: f.intervals_gbps for f in load if f.gbps is not None} if share
+                     else run.common_series, share)
     if len(rates) > 1 and index is not None and (unfair_run or unfair_short or stalled):
         ref = "the fair share" if share else "the interval's mean"
         when = (f"Jain's fairness index {index:.3f} over {len(rates)} flows" if unfair_run else
@@ -217,14 +229,70 @@ def decide(run: LoadRun) -> list[Finding]:
     if run.rails:
         found += _rails(run)
     if run.victim is not None:
-        for imp in run.victim.impacts:
-            if imp.low > VICTIM_FACTOR:
-                found.append(Finding(
-                    "victim", f"the victim pair {'<->'.join(run.victim.pair)} is {imp.factor:.2f}x slower at "
-                              f"p{imp.q * 100:g} during the load ({imp.isolated_us:.1f} -> {imp.congested_us:.1f} us, "
-                              f"95 % interval {imp.low:.2f}-{imp.high:.2f}x)",
-                    imp.to_json(), cost="every message of the victim's job waits this much longer",
-                    fix="isolate the victim's traffic (another traffic class or rail), or give the loaded port "
-                        "shallower queues with ECN so queueing delay stays low"))
-                break
+        found += _victim(run, run.victim)
     return found
+
+
+def _boot_ids(f: FlowResult) -> set[str]:
+    """The kernels (boot_id) the flow's two engines ran on."""
+    if f.result is None:
+        return set()
+    return {b for side in ("host", "peer_host") if isinstance(b := member(f.result.raw, side).get("boot_id"), str) and b}
+
+
+def _cpu_use(f: FlowResult) -> dict[str, dict[str, Any]]:
+    """Per side of the victim's engines, their CPU during its phase: the share of a CPU they got and
+    the involuntary switches (the scheduler taking the CPU away) per second."""
+    out: dict[str, dict[str, Any]] = {}
+    if f.result is None:
+        return out
+    for side, use in member(f.result.raw, "cpu_use").items():
+        if not isinstance(use, dict) or not (wall := count(use.get("wall_ns"))):
+            continue
+        busy = (count(use.get("user_ns")) or 0) + (count(use.get("sys_ns")) or 0)
+        out[str(side)] = {"cpu_share": round(busy / wall, 3),
+                          "involuntary_switches_per_s": round((count(use.get("involuntary_switches")) or 0) / wall * 1e9)}
+    return out
+
+
+def _victim(run: LoadRun, victim: VictimResult) -> list[Finding]:
+    """The victim's slowdown, attributed to what it shared with the load: the hot port, or the CPUs."""
+    imp = next((i for i in victim.impacts if i.low > VICTIM_FACTOR), None)
+    if imp is None:
+        return []
+    b = run.bottleneck
+    pair = "<->".join(victim.pair)
+    said = (f"the victim pair {pair} is {imp.factor:.2f}x slower at p{imp.q * 100:g} during the load "
+            f"({imp.isolated_us:.1f} -> {imp.congested_us:.1f} us, 95 % interval {imp.low:.2f}-{imp.high:.2f}x)")
+    evidence: dict[str, Any] = {**imp.to_json(), "hot_port": b.where, "hot_host": b.host}
+    kernels = _boot_ids(victim.congested) if victim.congested is not None else set()
+    load = [f for f in run.flows if f.flow.role == "load"]
+    sharing = sum(len([h for h in ("host", "peer_host") if member(f.result.raw, h).get("boot_id") in kernels])
+                  for f in load if f.result is not None) if kernels else 0
+    if sharing:
+        rec = victim.congested.result.raw if victim.congested and victim.congested.result else {}
+        evidence["shared_cpus"] = {
+            "boot_id": sorted(kernels), "load_engines_on_it": sharing,
+            "cpus_allowed": member(rec, "host").get("cpus_allowed"),
+            "victim_cpu_use": {"isolated": _cpu_use(victim.isolated),
+                               "congested": _cpu_use(victim.congested) if victim.congested else {}}}
+    if b.host in victim.pair:
+        return [Finding(
+            "victim", f"{said}: its path crosses the hot port ({b.where})", evidence,
+            cost="every message of the victim's job waits this much longer",
+            fix="isolate the victim's traffic (another traffic class or rail), or give the loaded port "
+                "shallower queues with ECN so queueing delay stays low")]
+    if sharing:
+        return [Finding(
+            "victim-host", f"{said}, but its path does not cross the hot port ({b.where}): its engines ran on the "
+                           f"same kernel as {sharing} of the load's engines (boot_id {', '.join(sorted(kernels))}; "
+                           f"CPUs {evidence['shared_cpus']['cpus_allowed'] or 'unknown'}) and waited for the CPUs "
+                           "they took: a host effect, not the fabric", evidence,
+            cost="the victim's latency here measures the hosts' CPU contention; the fabric's share is unknown",
+            fix="run the victim on hosts that run no load engine (separate machines), or give it CPUs of its own "
+                "(--cpu, isolcpus)")]
+    return [Finding(
+        "victim-unexplained", f"{said}, but its path does not cross the hot port ({b.where}) and it shares no kernel "
+                              "with the load: a part of its path this run does not observe (a switch uplink the "
+                              "load also crosses?)", evidence,
+        fix="look at the switch ports between the victim's hosts (counters, ECN marks, pause frames)")]

@@ -54,7 +54,9 @@ def page(run: LoadRun) -> str:
 padding:4px 8px;text-align:right}} td.none{{background:#f4f4f4}}</style></head><body>
 <h1>fabscope load {escape(run.pattern)}</h1>
 <p>{len(hosts)} hosts, {run.flows_per_pair} flow(s) per pair, backend {escape(run.backend)}, {run.duration_s:g} s.
-Total {run.concurrent_gbps:.4g} Gb/s while every flow ran; bottleneck {escape(b.where)}: {b.links_in} link(s) in, fair share
+Total {'-' if run.total_gbps is None else f'{run.total_gbps:.4g}'} Gb/s over the flows' windows,
+{'-' if run.concurrent_gbps is None else f'{run.concurrent_gbps:.4g}'} Gb/s while every flow ran;
+bottleneck {escape(b.where)}: {b.links_in} link(s) in, fair share
 {'-' if b.fair_share_gbps is None else f'{b.fair_share_gbps:.4g}'} Gb/s; Jain's fairness index
 {'-' if index is None else f'{index:.3f}'}.</p>
 <h2>Rates under load, sender x receiver (Gb/s)</h2><table id="heatmap">{''.join(rows)}</table>

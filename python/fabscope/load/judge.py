@@ -16,6 +16,12 @@ Definitions (docs/load.md says them with real output):
 - **starved flow**: one whose rate is below ``STARVED_SHARE`` of the fair share (or, with no known
   rate, of the flows' mean); a flow **stalled** in an interval where its rate was below
   ``STALL_SHARE`` of the fair share (or of that interval's mean).
+- **total**: the bytes every flow carried over the union of the flows' measured windows (each
+  flow's window on the shared wall clock: its receiver's start to its last arrival); **per common
+  interval**: each flow's interval counts re-cut on one set of boundaries from the latest flow's
+  start, so a sum of rates only ever adds bytes that crossed the port at the same time (summing
+  each flow's rate over its own window, or interval k of flows whose windows began seconds apart,
+  reported 1.75x a 100 Mbit/s port's rate).
 - **congestion impact factor** (GPCNeT): the victim's latency during the load over its latency
   alone, at p50 and p99; its interval from the two runs' order-statistic intervals (distribution
   free: ranks of a binomial(n, q)), the ratio's low end over the isolated high end and back.
@@ -53,6 +59,69 @@ def jain(rates: Sequence[float]) -> float | None:
         return None
     total, squares = sum(rates), sum(r * r for r in rates)
     return total * total / (len(rates) * squares) if squares > 0 else None
+
+
+@dataclass(frozen=True)
+class Window:
+    """One flow's measured phase on the shared wall clock: interval 0 begins at ``start_s`` (Unix
+    seconds, the measuring side's), every interval lasts ``length_s``; ``gbit`` is what it carried in
+    each whole interval; ``span_s`` the whole window (start to last arrival), ``total_gbit`` what it
+    carried in it."""
+    start_s: float
+    length_s: float
+    gbit: tuple[float, ...]
+    span_s: float
+    total_gbit: float
+
+    @property
+    def whole_end_s(self) -> float:
+        return self.start_s + len(self.gbit) * self.length_s
+
+
+def union_s(windows: Sequence[Window]) -> float:
+    """The length of time covered by at least one flow's window."""
+    covered, reach = 0.0, -math.inf
+    for w in sorted(windows, key=lambda w: w.start_s):
+        lo, hi = max(w.start_s, reach), w.start_s + w.span_s
+        if hi > lo:
+            covered += hi - lo
+        reach = max(reach, hi)
+    return covered
+
+
+def total_gbps(windows: Sequence[Window]) -> float | None:
+    """What the flows carried together per second over the union of their windows: never more than
+    the port carried (every counted byte arrived inside the union)."""
+    span = union_s(windows)
+    return sum(w.total_gbit for w in windows) / span if span > 0 else None
+
+
+def common_intervals(windows: Sequence[Window]) -> list[list[float]]:
+    """Per interval of the window every flow covers with whole intervals (from the latest start, the
+    flows' own length), each flow's rate in it: its own intervals' bits re-cut on these boundaries,
+    in proportion to the overlap (a flow's interval is the finest it reports). Empty when the flows
+    never all ran together for a whole interval."""
+    if not windows:
+        return []
+    length = windows[0].length_s
+    if length <= 0 or any(abs(w.length_s - length) > 1e-9 for w in windows):
+        return []
+    t0 = max(w.start_s for w in windows)
+    n = math.floor((min(w.whole_end_s for w in windows) - t0) / length + 1e-9)
+    out: list[list[float]] = []
+    for k in range(max(0, n)):
+        lo, hi = t0 + k * length, t0 + (k + 1) * length
+        row = []
+        for w in windows:
+            bits = 0.0
+            for j, g in enumerate(w.gbit):
+                a, b = w.start_s + j * length, w.start_s + (j + 1) * length
+                overlap = min(b, hi) - max(a, lo)
+                if overlap > 0:
+                    bits += g * overlap / length
+            row.append(bits / length)
+        out.append(row)
+    return out
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from typing import Any
 
 from ..errors import EXIT_CONGESTED, EXIT_MEASURE, EXIT_OK
 from ..results import RecordError, Result, parse_record
-from ..untyped import count, member
+from ..untyped import count, member, number
+from . import judge
 from .judge import Bottleneck, Impact, jain
 from .patterns import Flow
 
@@ -47,6 +48,18 @@ class FlowResult:
         rates = iv.get("bandwidth_gbps")
         whole = count(iv.get("whole")) or 0
         return [float(x) for x in rates[:whole]] if isinstance(rates, list) else []
+
+    @property
+    def window(self) -> judge.Window | None:
+        """Its measured phase on the wall clock (None: the engine did not say where its intervals began)."""
+        if self.result is None or self.gbps is None:
+            return None
+        iv = member(self.result.raw, "intervals")
+        start, length = number(iv.get("started_unix_s")), number(iv.get("length_s"))
+        span = number(self.result.raw.get("rx_duration_s"))
+        if not start or not length or not span:
+            return None
+        return judge.Window(start, length, tuple(g * length for g in self.intervals_gbps), span, self.gbps * span)
 
     @property
     def retransmitted(self) -> int | None:
@@ -178,21 +191,51 @@ class LoadRun:
     def rates(self) -> dict[str, float]:
         return {f.flow.name: g for f in self.flows if (g := f.gbps) is not None}
 
+    def _windows(self) -> dict[str, judge.Window] | None:
+        """Every measured load flow's window, or None when one has none (an engine that does not say
+        where its intervals began: the flows cannot be put on one time line)."""
+        out: dict[str, judge.Window] = {}
+        for f in self.flows:
+            if f.flow.role != "load" or f.gbps is None:
+                continue
+            w = f.window
+            if w is None:
+                return None
+            out[f.flow.name] = w
+        return out or None
+
     @property
-    def total_gbps(self) -> float:
+    def aligned(self) -> bool:
+        return self._windows() is not None
+
+    @property
+    def sum_of_rates_gbps(self) -> float:
+        """The flows' own rates added: each over its own window, so not what the port carried at once."""
         return sum(self.rates.values())
+
+    @property
+    def total_gbps(self) -> float | None:
+        """The bytes every flow carried over the union of their windows (None: not on one time line)."""
+        windows = self._windows()
+        return judge.total_gbps(list(windows.values())) if windows else None
 
     @property
     def fairness(self) -> float | None:
         return jain(list(self.rates.values()))
 
+    @property
+    def common_series(self) -> dict[str, list[float]]:
+        """{flow: its rate in each common interval}: the intervals of the window every flow covered,
+        on the same boundaries for all (load/judge.py common_intervals)."""
+        windows = self._windows()
+        if not windows:
+            return {}
+        rows = judge.common_intervals(list(windows.values()))
+        return {name: [row[i] for row in rows] for i, name in enumerate(windows)} if rows else {}
+
     def _common_intervals(self) -> list[list[float]]:
-        """Per whole interval that every flow has, the flows' rates (the flows start their measured
-        phases together: the same warmup time after the same barrier)."""
-        series = [f.intervals_gbps for f in self.flows if f.flow.role == "load" and f.gbps is not None]
-        if not series or any(not s for s in series):
-            return []
-        return [[s[k] for s in series] for k in range(min(len(s) for s in series))]
+        series = list(self.common_series.values())
+        return [list(xs) for xs in zip(*series, strict=True)] if series else []
 
     @property
     def interval_totals_gbps(self) -> list[float]:
@@ -205,17 +248,27 @@ class LoadRun:
         return [j for xs in self._common_intervals() if (j := jain(xs)) is not None]
 
     @property
-    def concurrent_gbps(self) -> float:
-        """The total while every flow ran: the mean of the common intervals' totals (the sum of the
-        flows' own rates where no interval is whole; flows ending at different times make that sum
-        overstate what the port carried at once)."""
+    def concurrent_gbps(self) -> float | None:
+        """The total while every flow ran: the mean of the common intervals' totals (None: the flows
+        never all ran together for a whole interval)."""
         totals = self.interval_totals_gbps
-        return sum(totals) / len(totals) if totals else self.total_gbps
+        return sum(totals) / len(totals) if totals else None
 
     @property
     def start_spread_s(self) -> float | None:
+        """How far apart the flows' client engines started (their processes, on the agents' clocks)."""
         starts = [f.span[0] for f in self.flows if f.span[0] > 0]
         return max(starts) - min(starts) if len(starts) > 1 else None
+
+    @property
+    def phase_spread_s(self) -> float | None:
+        """How far apart the flows' measured phases began (a warmup whose last bytes waited for a
+        retransmission timeout starts its flow's phase late)."""
+        windows = self._windows()
+        if not windows or len(windows) < 2:
+            return None
+        starts = [w.start_s for w in windows.values()]
+        return max(starts) - min(starts)
 
     @property
     def failed(self) -> list[FlowResult]:
@@ -233,6 +286,7 @@ class LoadRun:
         return {"schema": LOAD_SCHEMA, "pattern": self.pattern, "hosts": self.hosts,
                 "flows_per_pair": self.flows_per_pair, "backend": self.backend, "launcher": self.launcher,
                 "duration_s": self.duration_s, "seed": self.seed, "total_gbps": self.total_gbps,
+                "sum_of_rates_gbps": self.sum_of_rates_gbps, "phase_spread_s": self.phase_spread_s,
                 "concurrent_gbps": self.concurrent_gbps, "interval_totals_gbps": self.interval_totals_gbps,
                 "fairness_jain": self.fairness, "interval_fairness_jain": self.interval_fairness,
                 "start_spread_s": self.start_spread_s, "bottleneck": self.bottleneck.to_json(),

@@ -31,11 +31,12 @@ def text(run: LoadRun) -> str:
         lines.append(f"{f.flow.name:<28} {_g(f.gbps):>9} {retrans:>8} {ce:>6} "
                      f"{f.segments if f.segments is not None else '-':>9}  {ivs}")
     share = b.fair_share_gbps
-    together = run.concurrent_gbps
-    lines.append(f"total {together:.4g} Gb/s while every flow ran (sum of the flows' own rates {run.total_gbps:.4g}); "
+    together, total = run.concurrent_gbps, run.total_gbps
+    lines.append(f"total {_g(total)} Gb/s over the flows' windows, {_g(together)} Gb/s while every flow ran "
+                 f"(sum of the flows' own rates {run.sum_of_rates_gbps:.4g}); "
                  f"bottleneck {b.where}: {b.links_in} link(s) in, {b.flows} flows, rate {_g(b.rate_gbps)} Gb/s "
                  f"({b.rate_source}), fair share {_g(share)} Gb/s"
-                 + (f", total {together / b.rate_gbps:.0%} of the rate" if b.rate_gbps else ""))
+                 + (f", total {total / b.rate_gbps:.0%} of the rate" if b.rate_gbps and total is not None else ""))
     index = run.fairness
     short = " ".join(f"{j:.2f}" for j in run.interval_fairness)
     lines.append(f"Jain's fairness index {_g(index, '.3f')} (1 = equal shares, {1 / max(1, len(run.rates)):.3f} = one "

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import sys
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import argtypes
-from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
+from ..errors import EXIT_USAGE, FabscopeError
 from ..launch import plan
 from . import schedule as schedmod
 
@@ -265,51 +264,11 @@ def _store(ns: argparse.Namespace, result: Any) -> None:
 def _run_with_agents(ns: argparse.Namespace, hosts: list[str], sched: schedmod.Schedule, rule: Any, backend: str,
                      timeout: float, args: list[str], progress: Any, started: float) -> Any:
     from . import driver
-    from .coordinator import Coordinator
     from .execute import AgentMeasurer
-    from .launch import External, Launched, agent_argv, launcher_argv
+    from .launch import agents_on
 
-    if ns.coordinator:
-        from ..session import control
-
-        bind, port = control.split_hostport(ns.coordinator, 0)
-        advertise = bind
-    else:
-        bind, port, advertise = "0.0.0.0", 0, socket.gethostname()
-    token, made_token = None, False
-    if ns.launcher == "external":
-        from .agent import create_token_file, read_token_file
-
-        made_token = not ns.token_file.exists()
-        token = create_token_file(ns.token_file) if made_token else read_token_file(ns.token_file)
-    launched: Launched | External | None = None
-    try:
-        coord = Coordinator(hosts, bind, port, token)
-    except BaseException:
-        if made_token:
-            ns.token_file.unlink(missing_ok=True)
-        raise
-    try:
-        agent = agent_argv(f"{advertise}:{coord.port}", ns.connect_timeout)
-        if ns.launcher == "external":
-            agent += ["--token-file", str(ns.token_file)]
-            launched = External(agent)
-            argv = launched.argv
-            print(f"fabscope matrix: waiting {ns.connect_timeout:g} s for one agent on each of {', '.join(hosts)}; "
-                  f"start it there with: {' '.join(agent)}", file=sys.stderr, flush=True)
-        else:
-            argv, env = launcher_argv(ns.launcher, hosts, agent, ns.connect_timeout)
-            launched = Launched(argv, env, coord.token)
-        agents = coord.gather(ns.connect_timeout, launched.alive)
+    with agents_on(ns, hosts, "matrix", 2) as agents:
         missing = [h for h in hosts if h not in agents]
-        if len(agents) < 2:
-            said = launched.output().strip()[-1500:] or "nothing"
-            refused = f"; refused: {'; '.join(coord.refused)}" if coord.refused else ""
-            raise FabscopeError(
-                f"only {len(agents)} of {len(hosts)} matrix agents checked in within {ns.connect_timeout:g} s "
-                f"(missing: {', '.join(missing)}){refused}. The launcher (`{' '.join(argv[:6])} ...`) said: {said}. "
-                f"Check that `{ns.launcher}` can start processes on these hosts and that they can reach this host "
-                f"at {advertise}:{coord.port} (--coordinator ADDR)", EXIT_PEER)
         _check_device(ns, agents)
         measurer = AgentMeasurer(agents, args, timeout, getattr(ns, "eng:device", None) or None)
         for h in missing:
@@ -319,12 +278,6 @@ def _run_with_agents(ns: argparse.Namespace, hosts: list[str], sched: schedmod.S
         result.launcher = ns.launcher
         result.unreachable = dict(measurer.unreachable)
         return result
-    finally:
-        coord.close()
-        if launched is not None:
-            launched.stop()
-        if made_token:
-            ns.token_file.unlink(missing_ok=True)
 
 
 def _check_device(ns: argparse.Namespace, agents: dict[str, Any]) -> None:

@@ -18,18 +18,25 @@ every host, as the MPI engines themselves need.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from ..errors import EXIT_USAGE, FabscopeError
+from ..errors import EXIT_PEER, EXIT_USAGE, FabscopeError
 from ..launch.mpirun import REQUEST_ENV_PREFIXES
 from .agent import TOKEN_ENV
+
+if TYPE_CHECKING:
+    from .coordinator import AgentConn
 
 LAUNCHERS = ("mpirun", "srun", "external")
 
@@ -119,3 +126,62 @@ class External:
 
     def stop(self, grace_s: float = 10.0) -> int:
         return 0
+
+
+@contextmanager
+def agents_on(ns: argparse.Namespace, hosts: list[str], command: str, need: int) -> Iterator[dict[str, AgentConn]]:
+    """One agent per host started by ``ns.launcher`` (mpirun, srun, external: ``ns.coordinator``,
+    ``ns.token_file``, ``ns.connect_timeout``) and checked in through a Coordinator; yields the ones
+    that came, or fails naming the missing ones when fewer than ``need`` did (the matrix runs on the
+    hosts that came, at least two; a load needs every host: no silent fallback to fewer senders).
+    The coordinator, the launcher and a token file made here are gone when the block ends."""
+    from .coordinator import Coordinator
+
+    if ns.coordinator:
+        from ..session import control
+
+        bind, port = control.split_hostport(ns.coordinator, 0)
+        advertise = bind
+    else:
+        bind, port, advertise = "0.0.0.0", 0, socket.gethostname()
+    token, made_token = None, False
+    if ns.launcher == "external":
+        from .agent import create_token_file, read_token_file
+
+        made_token = not ns.token_file.exists()
+        token = create_token_file(ns.token_file) if made_token else read_token_file(ns.token_file)
+    launched: Launched | External | None = None
+    try:
+        coord = Coordinator(hosts, bind, port, token)
+    except BaseException:
+        if made_token:
+            ns.token_file.unlink(missing_ok=True)
+        raise
+    try:
+        agent = agent_argv(f"{advertise}:{coord.port}", ns.connect_timeout)
+        if ns.launcher == "external":
+            agent += ["--token-file", str(ns.token_file)]
+            launched = External(agent)
+            argv = launched.argv
+            print(f"fabscope {command}: waiting {ns.connect_timeout:g} s for one agent on each of {', '.join(hosts)}; "
+                  f"start it there with: {' '.join(agent)}", file=sys.stderr, flush=True)
+        else:
+            argv, env = launcher_argv(ns.launcher, hosts, agent, ns.connect_timeout)
+            launched = Launched(argv, env, coord.token)
+        agents = coord.gather(ns.connect_timeout, launched.alive)
+        missing = [h for h in hosts if h not in agents]
+        if len(agents) < need:
+            said = launched.output().strip()[-1500:] or "nothing"
+            refused = f"; refused: {'; '.join(coord.refused)}" if coord.refused else ""
+            raise FabscopeError(
+                f"only {len(agents)} of {len(hosts)} {command} agents checked in "
+                f"within {ns.connect_timeout:g} s (missing: {', '.join(missing)}){refused}. The launcher "
+                f"(`{' '.join(argv[:6])} ...`) said: {said}. Check that `{ns.launcher}` can start processes on these "
+                f"hosts and that they can reach this host at {advertise}:{coord.port} (--coordinator ADDR)", EXIT_PEER)
+        yield agents
+    finally:
+        coord.close()
+        if launched is not None:
+            launched.stop()
+        if made_token:
+            ns.token_file.unlink(missing_ok=True)
