@@ -112,8 +112,10 @@ def _run(ns: argparse.Namespace) -> int:
         if progress:
             progress(rec)
 
-    cap = _capture_start(ns)
-    peer_cap = _peer_capture_start(ns, key, cap)
+    from .capture import run as capture
+
+    cap = capture.start(ns)
+    peer_cap = capture.start_on_peer(ns, key, cap)
     captured: dict[str, Any] | None = None
     try:
         outcome = plan.execute(_plan(ns, key), on_record)
@@ -136,7 +138,7 @@ def _run(ns: argparse.Namespace) -> int:
         sys.stdout.write(RENDERERS[ns.format](outcome.records))
         sys.stdout.flush()
     if captured is not None:
-        _capture_report(ns, captured, streaming)
+        capture.report(ns, captured, streaming)
     for note in dict.fromkeys(outcome.notes):
         print(f"fabscope: note: {note}", file=sys.stderr)
     if outcome.error:
@@ -183,58 +185,6 @@ def _plan(ns: argparse.Namespace, key: Any) -> Any:
         preload = Preload.of(ns.preload, getattr(ns, "eng:device", None))
         options = [(k, v) for k, v in options if k != "device"]
     return plan.RunPlan.of(options, where, preload=preload)
-
-
-def _capture_start(ns: argparse.Namespace) -> Any:
-    """--capture: tcpdump listening before any engine starts (capture/tcpdump.py), or None."""
-    if not ns.capture:
-        return None
-    from pathlib import Path
-
-    from .capture.tcpdump import DEFAULT_MAX_PACKETS, Capture, capture_filter, choose_netdev
-
-    netdev = choose_netdev(getattr(ns, "eng:device", None), ns.peer, bool(ns.loopback))
-    bpf = capture_filter(str(getattr(ns, "eng:backend", "tcp")), bool(ns.preload))
-    return Capture.start(Path(ns.capture), netdev, bpf, _capture_snaplen(ns), ns.capture_max_packets or DEFAULT_MAX_PACKETS)
-
-
-def _capture_snaplen(ns: argparse.Namespace) -> int:
-    from .capture.tcpdump import default_snaplen
-
-    cm = str(getattr(ns, "eng:cm", "false")).lower() in ("true", "yes", "1", "on")
-    return int(ns.capture_snaplen or default_snaplen(str(getattr(ns, "eng:backend", "tcp")), bool(ns.preload), cm))
-
-
-def _peer_capture_start(ns: argparse.Namespace, key: Any, local: Any) -> Any:
-    """--capture with --peer: the peer's serve captures too (capture/peer.py); if it cannot, this
-    side's capture is stopped and nothing is measured."""
-    if local is None or not ns.peer:
-        return None
-    from .capture.peer import PeerCapture
-    from .capture.tcpdump import DEFAULT_MAX_PACKETS
-
-    try:
-        return PeerCapture.start(ns.peer, key, str(getattr(ns, "eng:backend", "tcp")), bool(ns.preload),
-                                 _capture_snaplen(ns), ns.capture_max_packets or DEFAULT_MAX_PACKETS)
-    except FabscopeError as exc:
-        local.stop()
-        local.path.unlink(missing_ok=True)  # nothing was measured: no file either
-        said = str(exc)
-        raise FabscopeError(said if "nothing was measured" in said else f"{said}; nothing was measured",
-                            exc.exit_code) from exc
-
-
-def _capture_report(ns: argparse.Namespace, captured: dict[str, Any], streaming: bool) -> None:
-    """The summary: a JSON line after the results (--format json), else lines under the table; and
-    always FILE.pcap.json beside the capture."""
-    import json
-    from pathlib import Path
-
-    from .capture.summary import render_summary
-
-    Path(f"{ns.capture}.json").write_text(json.dumps(captured, indent=1) + "\n")
-    sys.stdout.write(json.dumps(captured) + "\n" if streaming else render_summary(captured))
-    sys.stdout.flush()
 
 
 def _check_capture_preload(ns: argparse.Namespace, backend: str) -> None:
