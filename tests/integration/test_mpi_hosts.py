@@ -218,6 +218,29 @@ def test_misroute_over_mgmt_is_caught_with_device_and_with_ucx_net_devices(
     assert rec["path"]["verdict"] == "misrouted" and "mgmt0" in rec["path"]["summary"]
 
 
+@pytest.mark.parametrize("mpi", [pytest.param("openmpi", marks=needs_openmpi), pytest.param("mpich", marks=needs_mpich)])
+def test_a_host_route_over_mgmt_is_named_as_the_cause_whatever_mpi_was_told(
+    testbed: dict[str, str], fabric_route_over_mgmt: None, mpi: str
+) -> None:
+    """MPI told fabric0 (btl_tcp_if_include; MPICH's ch4:ucx: UCX_NET_DEVICES) while the kernel sends
+    fs-c's fabric address over mgmt0: misrouted, and the route cause is the kernel's route to the
+    peer's fabric0 address (each rank's address on the device asked, swapped when the ranks meet),
+    with its fix; not MPI's choice of netmod or btl, which did as it was told (naming that, with
+    "set UCX_NET_DEVICES=fabric0" as the fix, was the wrong answer)."""
+    rc, recs, err = run(testbed, *BW, "--mpi", mpi, "--hosts", "fs-a,fs-c", "--device", "fabric0")
+    assert rc == 5, err
+    rec = one(recs)
+    assert rec["path"]["verdict"] == "misrouted" and "mgmt0" in rec["path"]["summary"], rec["path"]
+    fabric_c = netns.fabric_ip("fs-c")
+    assert rec["transport"]["local"]["route_to_peer"]["peer"] == fabric_c
+    assert rec["transport"]["local"]["route_to_peer"]["dev"] == "mgmt0"
+    route = {c["cause"]: c for c in rec["explanation"]["causes"]}["route"]
+    assert route["state"] == "seen", route
+    assert route["evidence"] == (f"the kernel's route to the peer {fabric_c} leaves by mgmt0, not fabric0 (`ip route get "
+                                 f"{fabric_c}`: dev mgmt0): a route that sends the peer's address over another netdev"), route
+    assert f"ip route del {fabric_c} dev mgmt0" in route["fix"], route
+
+
 @needs_openmpi
 def test_unknown_device_and_bind_are_usage_errors(testbed: dict[str, str]) -> None:
     rc, recs, err = run(testbed, *BW, "--hosts", "fs-a,fs-b", "--device", "nosuch0")

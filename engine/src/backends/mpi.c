@@ -7,24 +7,28 @@
  * (Open MPI: the pml/mtl selected and the btls of the peer's endpoint; pml ucx: the UCX lanes;
  * MPICH: the device), and when a user setting had no effect (UCX_NET_DEVICES with ob1...). */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <dirent.h>
+#include <ifaddrs.h>
 #include <mpi.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../core/backend.h"
+#include "../core/datapath.h"
 #include "../core/rx_slots.h"
+#include "../core/sysfs.h"
 
 #ifdef OPEN_MPI
 #include "mpi_ompi.h"
 #endif
 #ifdef FS_HAVE_UCX
 #include "ucx_lanes.h"
-#include "sysfs.h"
 #endif
 
 #define MPI_TAG_DATA 4242
@@ -51,6 +55,10 @@ struct mpib {
      * with an access size that GCC then flags (-Wstringop-overflow) for the (MPI_Status *)1
      * sentinel. */
     MPI_Status *st;
+    /* Each rank's IPv4 address on the --device asked for ("" without one): swapped when the ranks
+     * meet, so the record can carry the kernel's route to the peer's address on that network (a
+     * host route over another netdev misroutes MPI's bytes whatever MPI was told). */
+    char device_addr[INET_ADDRSTRLEN], peer_device_addr[INET_ADDRSTRLEN];
 };
 
 static int mpi_failc(struct fs_err *err, int code, const char *what, int rc)
@@ -109,6 +117,29 @@ static int mpi_check(const struct fs_spec *spec, const void *opts, struct fs_err
                    spec->device, host, have);
 }
 
+/* This host's IPv4 address on `device` (a netdev, or an RDMA device[:port] through the netdev
+ * behind it), or "". */
+static void device_address(const char *device, char *out, size_t len)
+{
+    char name[IF_NAMESIZE + 16], netdev[IF_NAMESIZE + 16];
+    out[0] = '\0';
+    snprintf(name, sizeof name, "%s", device);
+    name[strcspn(name, ":,")] = '\0';
+    if (!name[0])
+        return;
+    if (fs_datapath_rdma_netdev(fs_sysfs_root(), name, netdev, sizeof netdev) != 0)
+        snprintf(netdev, sizeof netdev, "%s", name);
+    struct ifaddrs *ifa = NULL;
+    if (getifaddrs(&ifa))
+        return;
+    for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && strcmp(i->ifa_name, netdev) == 0) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr, out, (socklen_t)len);
+            break;
+        }
+    freeifaddrs(ifa);
+}
+
 static int mpi_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err)
 {
     int inited = 0;
@@ -164,15 +195,22 @@ static int mpi_setup(const struct fs_be_ctx *ctx, void **out, struct fs_err *err
 #ifdef OPEN_MPI
     m->ompi_spin = fs_ompi_internals_unknown() == NULL;
 #endif
+    /* A rank given no --device (the server side) has its address on the client's data-path
+     * network from the client's hint (datapath.h). */
+    if (ctx->spec->device[0])
+        device_address(ctx->spec->device, m->device_addr, sizeof m->device_addr);
+    else if (ctx->data_local_addr && ctx->data_local_addr[0])
+        snprintf(m->device_addr, sizeof m->device_addr, "%s", ctx->data_local_addr);
     return 0;
 }
 
-/* The ranks already know each other: nothing to exchange but a sanity check. */
+/* The ranks already know each other: a sanity check, and each rank's address on the device. */
 static int mpi_local_address(void *be, cJSON *obj, struct fs_err *err)
 {
     struct mpib *m = be;
     (void)err;
     cJSON_AddNumberToObject(obj, "rank", m->rank);
+    cJSON_AddStringToObject(obj, "device_address", m->device_addr);
     return 0;
 }
 
@@ -186,6 +224,9 @@ static int mpi_connect(void *be, const cJSON *peer, int deadline_ms, struct fs_e
                        "mpi: the control peer is not MPI rank %d of this job (two separate "
                        "jobs?)",
                        m->peer);
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(peer, "device_address");
+    if (cJSON_IsString(a))
+        snprintf(m->peer_device_addr, sizeof m->peer_device_addr, "%s", a->valuestring);
     return 0;
 }
 
@@ -554,6 +595,8 @@ static void mpi_describe(void *be, cJSON *o)
     snprintf(s, sizeof s, "%d.%d", major, minor);
     cJSON_AddStringToObject(o, "mpi_standard", s);
     cJSON_AddNumberToObject(o, "rank", m->rank);
+    if (m->peer_device_addr[0]) /* the core asks the kernel's route to it (route_to_peer) */
+        cJSON_AddStringToObject(o, "peer_address", m->peer_device_addr);
     char host[MPI_MAX_PROCESSOR_NAME];
     MPI_Get_processor_name(host, &len);
     cJSON_AddStringToObject(o, "processor", host);

@@ -203,10 +203,13 @@ def _ofi(local: Mapping[str, Any], config: Mapping[str, Any], asked: str) -> lis
 def _mpich(local: Mapping[str, Any], asked: str) -> list[tuple[str, str]]:
     selected, cvars = member(local, "selected"), member(local, "cvars")
     netmod = str(selected.get("netmod") or "?")
+    env = member(local, "environment")
+    told = env.get("UCX_NET_DEVICES")
+    if netmod == "ucx" and isinstance(told, str) and _device_name(asked) in [_device_name(d) for d in told.split(",")]:
+        return []  # UCX was told the device: MPICH's choice is not why the bytes went elsewhere (the route may be)
     set_to = cvars.get("MPIR_CVAR_CH4_NETMOD")
     why = f"MPICH runs its {netmod} netmod ({selected.get('device') or 'device ?'})"
     why += f", MPIR_CVAR_CH4_NETMOD={set_to}" if set_to else ", chosen when MPICH was built"
-    env = member(local, "environment")
     fix = ("unset FI_PROVIDER, " if env.get("FI_PROVIDER") else "") + (
         f"for {netmod}: UCX_NET_DEVICES={asked} (ch4:ucx) or FI_PROVIDER=verbs (ch4:ofi) in the environment")
     return [(why + (f", FI_PROVIDER={env.get('FI_PROVIDER')}" if env.get("FI_PROVIDER") else ""), fix)]
