@@ -20,14 +20,14 @@ def _gbps(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-def _row(r: CollectiveResult) -> list[str]:
+def row(r: CollectiveResult) -> list[str]:
     last = f"{r.last_rank} ({r.last_host}, {r.last_rank_times}/{r.iterations})"
     return [str(r.size), str(r.raw.get("count", "")), str(r.iterations), f"{r.time_ns.min / 1e3:.2f}",
             f"{r.time_ns.p50 / 1e3:.2f}", f"{r.time_ns.p99 / 1e3:.2f}", _gbps(r.algbw_gbps), _gbps(r.busbw_gbps),
             f"{r.skew_ns.p50 / 1e3:.2f}", last, "yes" if r.verified else "NO"]
 
 
-def _title(r: CollectiveResult) -> str:
+def title(r: CollectiveResult) -> str:
     what = [r.pattern, f"{r.ranks} ranks on {len(r.hosts)} host(s)"]
     if r.datatype:
         what.append(r.datatype)
@@ -39,7 +39,7 @@ def _title(r: CollectiveResult) -> str:
     return f"# collective {' | '.join(what)} | {r.library}{factor}"
 
 
-def _groups(results: Sequence[CollectiveResult]) -> list[list[CollectiveResult]]:
+def groups(results: Sequence[CollectiveResult]) -> list[list[CollectiveResult]]:
     out: dict[tuple[str, int, str | None, bool], list[CollectiveResult]] = {}
     for r in results:
         out.setdefault((r.pattern, r.ranks, r.datatype, r.in_place), []).append(r)
@@ -84,9 +84,9 @@ def placement_lines(r: CollectiveResult) -> list[str]:
 
 def render_text(results: Sequence[CollectiveResult]) -> str:
     lines: list[str] = []
-    for group in _groups(results):
-        lines.append(_title(group[0]))
-        lines += aligned(COLUMNS, [_row(r) for r in group], right=range(0, len(COLUMNS) - 2))
+    for group in groups(results):
+        lines.append(title(group[0]))
+        lines += aligned(COLUMNS, [row(r) for r in group], right=range(0, len(COLUMNS) - 2))
         lines += placement_lines(group[0])
         for r in group:
             lines += path_lines(r)
@@ -95,10 +95,10 @@ def render_text(results: Sequence[CollectiveResult]) -> str:
 
 def render_markdown(results: Sequence[CollectiveResult]) -> str:
     out: list[str] = []
-    for group in _groups(results):
-        out += [f"**{_title(group[0]).removeprefix('# ')}**", "", "| " + " | ".join(COLUMNS) + " |",
+    for group in groups(results):
+        out += [f"**{title(group[0]).removeprefix('# ')}**", "", "| " + " | ".join(COLUMNS) + " |",
                 "|" + "---|" * len(COLUMNS)]
-        out += ["| " + " | ".join(_row(r)) + " |" for r in group]
+        out += ["| " + " | ".join(row(r)) + " |" for r in group]
         out.append("")
     return "\n".join(out)
 
@@ -108,7 +108,7 @@ def render_csv(results: Sequence[CollectiveResult]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["pattern", "ranks", "hosts", "datatype", "in_place", *COLUMNS])
     for r in results:
-        w.writerow([r.pattern, r.ranks, len(r.hosts), r.datatype or "", r.in_place, *_row(r)])
+        w.writerow([r.pattern, r.ranks, len(r.hosts), r.datatype or "", r.in_place, *row(r)])
     return buf.getvalue()
 
 

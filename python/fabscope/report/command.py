@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import EXIT_OK, EXIT_USAGE, FabscopeError
+from . import collective
 from .figures import comparison_rows
 from .html import History, ReportInput, render_html
 from .inputs import Inputs, line_rates, notes, read_inputs
@@ -23,6 +24,8 @@ def markdown_report(title: str, inputs: Inputs) -> str:
         parts.append(comparison_markdown(rows))
     parts.append("## Every size\n")
     parts.append(render_md(inputs.records))
+    if inputs.collectives:
+        parts += ["## Collectives\n", collective.render_markdown(inputs.collectives)]
     return "\n".join(parts)
 
 
@@ -105,11 +108,16 @@ def report(inputs_named: list[str], html: str | None, md: str | None, csv: str |
         said = notes(inputs)
         trends = _histories(inputs, store, said) if history else []
         _write(html, render_html(ReportInput(inputs.records, title=title, line_rates=line_rates(inputs), notes=said,
-                                             history=trends, matrices=inputs.matrices, distribution_size=size)))
+                                             history=trends, matrices=inputs.matrices, collectives=inputs.collectives,
+                                             distribution_size=size)))
     if md:
         _write(md, markdown_report(title, inputs))
     if csv:
-        _write(csv, render_csv(inputs.records))
+        # Two tables in one file when both kinds were given: the results', a blank line, the collectives'.
+        tables = ([render_csv(inputs.records)] if inputs.records else []) + (
+            [collective.render_csv(inputs.collectives)] if inputs.collectives else [])
+        _write(csv, "\n".join(tables))
     if not (html or md or csv):
-        sys.stdout.write(render_text(inputs.records))
+        sys.stdout.write((render_text(inputs.records) if inputs.records else "")
+                         + collective.render_text(inputs.collectives))
     return EXIT_OK

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from ..results import Result
+from ..results.collective import CollectiveResult
 from ..results.matrix import MatrixRun
 from . import charts
 from .charts import Chart, ComparisonRow, TrendPoint
@@ -57,6 +58,7 @@ class ReportInput:
     notes: Sequence[str] = ()
     history: Sequence[History] = ()
     matrices: Sequence[MatrixRun] = ()
+    collectives: Sequence[CollectiveResult] = ()
     distribution_size: int | None = None
     generated: datetime | None = None
 
@@ -138,13 +140,35 @@ def charts_for(data: ReportInput) -> list[tuple[Chart, bool]]:
     return out
 
 
+def collectives_html(results: Sequence[CollectiveResult]) -> str:
+    """Each collective operation's table (one row per size, the figures of report/collective.py) and
+    under it what its text shows: where the ranks ran, the expected ceiling, the hosts that held it
+    back, the path per host and, when misrouted, why (the route cause, with its fix)."""
+    from .collective import COLUMNS, groups, path_lines, placement_lines, row, title
+
+    out: list[str] = []
+    for group in groups(results):
+        head = "".join(f"<th>{_esc(c)}</th>" for c in COLUMNS)
+        body = "".join("<tr>" + "".join(f"<td>{_esc(v)}</td>" for v in row(r)) + "</tr>" for r in group)
+        out.append(f"<h2>{_esc(title(group[0]).removeprefix('# '))}</h2>")
+        out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        lines = placement_lines(group[0]) + [line for r in group for line in path_lines(r)]
+        for line in lines:
+            text = line.removeprefix("# ")
+            bad = text.startswith(("why:", "oversubscribed", "held back")) or "misrouted" in text.split(":", 1)[-1][:20]
+            out.append(f'<p class="{"bad" if bad else "note"}">{_esc(text)}</p>')
+    return "\n".join(out)
+
+
 def render_html(data: ReportInput) -> str:
     """The whole report as one HTML5 document."""
     charts.require_matplotlib()
     body = [_header(data)]
-    if not data.records and not data.matrices and not data.history:
+    if not data.records and not data.matrices and not data.history and not data.collectives:
         body.append('<p class="note">No results to show.</p>')
     body += [chart_html(chart, beside) for chart, beside in charts_for(data)]
+    if data.collectives:
+        body.append(collectives_html(data.collectives))
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
         f"<title>{_esc(data.title)}</title>\n"

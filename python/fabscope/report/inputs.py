@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..errors import EXIT_USAGE, FabscopeError
 from ..results import Result, parse_record
+from ..results.collective import CollectiveResult
 from ..results.files import read_result_file
 from ..results.matrix import MatrixRun
 from ..results.suite import SuiteSummary
@@ -26,6 +27,7 @@ class Inputs:
     records: list[Result] = field(default_factory=list)
     matrices: list[MatrixRun] = field(default_factory=list)
     suites: list[SuiteSummary] = field(default_factory=list)  # fabscope.suite/1 summaries (line rates, notes)
+    collectives: list[CollectiveResult] = field(default_factory=list)  # fabscope.collective/1 results
     sources: list[str] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)  # every file read (what a report must never write over)
     stored: list[str] = field(default_factory=list)  # the names given that were stored runs
@@ -36,6 +38,7 @@ def _add(inputs: Inputs, path: Path) -> None:
     inputs.records += got.records
     inputs.matrices += got.matrices
     inputs.suites += got.suites
+    inputs.collectives += got.collectives
     inputs.sources.append(str(path))
     inputs.files.append(path)
 
@@ -79,7 +82,7 @@ def read_inputs(names: Sequence[str], store_path: str | None = None) -> Inputs:
             _add(inputs, path)
         else:
             _add_stored(inputs, name, store_path)
-    if not inputs.records and not inputs.matrices:
+    if not inputs.records and not inputs.matrices and not inputs.collectives:
         raise FabscopeError(f"no results in {', '.join(names)}", EXIT_USAGE)
     return inputs
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The one reader of fabscope's result files: what `report`, `compare`, `history` (a command's
 output kept in the store) and the exporter read. A file holds one object (a pretty-printed matrix
-or suite summary, one record) or JSON lines (`run --format json`, a suite's loopback.jsonl,
+or suite summary, one record) or JSON lines (`run --format json`, a collective's, a suite's loopback.jsonl,
 `history export`); each object is known by its schema and parsed by its own type.
 
 What differs between the readers is said here, as two choices of the caller:
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import EXIT_USAGE, FabscopeError
+from .collective import COLLECTIVE_SCHEMA, CollectiveResult, parse_collective
 from .errors import RecordError
 from .matrix import MatrixRun
 from .model import Result, parse_record
@@ -29,6 +30,7 @@ from .suite import SuiteSummary
 RESULT_PREFIX = "fabscope.result/"
 MATRIX_PREFIX = "fabscope.matrix/"
 SUITE_PREFIX = "fabscope.suite/"
+COLLECTIVE_PREFIX = COLLECTIVE_SCHEMA.partition("/")[0] + "/"
 ERROR_PREFIX = "fabscope.error/"  # a run's last line when it failed: the results before it still count
 HINT = "give the JSON lines that `fabscope run --format json` and `fabscope suite` write"
 
@@ -41,6 +43,7 @@ class ResultFile:
     records: list[Result] = field(default_factory=list)
     matrices: list[MatrixRun] = field(default_factory=list)
     suites: list[SuiteSummary] = field(default_factory=list)
+    collectives: list[CollectiveResult] = field(default_factory=list)
 
 
 def read_objects(path: Path, *, growing: bool = False) -> list[tuple[int, dict[str, Any]]]:
@@ -90,12 +93,14 @@ def read_result_file(path: Path, *, growing: bool = False,
                 out.matrices.append(MatrixRun.parse(obj))
             elif schema.startswith(SUITE_PREFIX):
                 out.suites.append(SuiteSummary.parse(obj))
+            elif schema.startswith(COLLECTIVE_PREFIX):
+                out.collectives.append(parse_collective(obj))
             elif schema.startswith(ERROR_PREFIX) or other_schemas == "skip":
                 continue
             else:
                 raise FabscopeError(
-                    f"{path}:{number}: schema {schema or '(none)'!r} is not a fabscope result, matrix or suite "
-                    f"({RESULT_PREFIX}1, {MATRIX_PREFIX}1, {SUITE_PREFIX}1)", EXIT_USAGE)
+                    f"{path}:{number}: schema {schema or '(none)'!r} is not a fabscope result, collective, matrix or "
+                    f"suite ({RESULT_PREFIX}1, {COLLECTIVE_SCHEMA}, {MATRIX_PREFIX}1, {SUITE_PREFIX}1)", EXIT_USAGE)
         except RecordError as exc:
             raise FabscopeError(f"{path}:{number}: {exc}", EXIT_USAGE) from exc
     return out
