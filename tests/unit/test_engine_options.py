@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO
+
 
 def run(engine: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(engine), *args], capture_output=True, text=True, timeout=30)
@@ -65,3 +67,13 @@ def test_a_mode_is_required(engine: Path) -> None:
     out = run(engine, "--iters", "5")
     assert out.returncode == 2
     assert "--peer" in out.stderr and "--listen" in out.stderr
+
+
+def test_a_checkout_finds_its_own_built_engines() -> None:
+    """Where nothing is installed (the Soft-RoCE guests run the checkout they mount, without a venv),
+    the engines are found in the checkout's build/engine: moving launch/engine.py a directory deeper
+    once made the guests look in python/build/engine and lose every MPI row."""
+    from fabscope.launch.engine import _candidates
+
+    for name in ("fabscope-engine", "fabscope-engine-mpi-openmpi", "fabscope-engine-mpi-mpich"):
+        assert REPO / "build" / "engine" / name in _candidates(name)

@@ -46,8 +46,9 @@ def _candidates(name: str) -> list[Path]:
     which = shutil.which(name)
     if which:
         found.append(Path(which))
-    # A source checkout that was built but not installed.
-    found.append(Path(__file__).resolve().parents[2] / "build" / "engine" / name)
+    # A source checkout that was built but not installed (the Soft-RoCE guests run the checkout they
+    # mount): python/fabscope/launch/engine.py -> the checkout is three directories up.
+    found.append(Path(__file__).resolve().parents[3] / "build" / "engine" / name)
     return found
 
 
