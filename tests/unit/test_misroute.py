@@ -88,3 +88,26 @@ def test_matrix_misrouted_pair_says_why() -> None:
     (finding,) = misrouted([Measurement("client", "server", "bw", 0.5, verdict="misrouted", result=res)])
     assert "why: route: Open MPI ran pml ob1" in finding.summary and "pml_ucx_devices = mlx*" in finding.summary
     assert finding.evidence["why"] and "--mca pml_ucx_devices=any" in finding.evidence["why"][0]
+
+
+def test_mpich_is_named_only_where_its_ucx_was_not_told_the_device() -> None:
+    """MPICH's netmod is a reason only when the device asked never reached it: planted on a real
+    MPICH record (netns, --device fabric0, verified) as a misroute over mgmt0. Told UCX_NET_DEVICES=
+    fabric0 (what --device sets), MPICH did as told and is not named (the kernel's route is, when it
+    is the culprit: test_mpi_hosts); without it, MPICH's UCX chose its own interfaces: named, with
+    how MPICH chose its netmod and the fix."""
+    import copy
+    import json
+
+    from fabscope.results.misroute import route_reasons
+
+    rec = json.loads((RECORDS / "netns-mpich-bw-verified.jsonl").read_text().splitlines()[0])
+    assert rec["path"]["verdict"] == "verified" and rec["transport"]["local"]["selected"]["netmod"] == "ucx"
+    planted = copy.deepcopy(rec)
+    planted["path"]["verdict"] = "misrouted"
+    planted["path"]["sides"]["local"]["carriers"] = [{"device": "mgmt0", "bytes": 6553600, "share": 1.0}]
+    assert route_reasons(planted) == []  # UCX was told fabric0; the route to the peer is over fabric0
+    del planted["transport"]["local"]["environment"]["UCX_NET_DEVICES"]
+    assert route_reasons(planted) == [
+        ("MPICH runs its ucx netmod (ch4:ucx), chosen when MPICH was built",
+         "for ucx: UCX_NET_DEVICES=fabric0 (ch4:ucx) or FI_PROVIDER=verbs (ch4:ofi) in the environment")]
